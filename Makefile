@@ -1,0 +1,41 @@
+# Two set-up commands on a fresh machine: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 3000
+INSTALLED := $(VENV)/.installed
+TRITON_READY := $(VENV)/.tritonserver-checked
+MODELS_READY := model_repository/esm2nv/1/model.onnx
+
+# bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export HF_HUB_OFFLINE := 1
+
+.PHONY: install models serve test clean
+
+install: $(INSTALLED) $(TRITON_READY)
+
+# torch first, by itself: `torch==2.13.0` alone takes the local CPU wheel.
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0 numpy==1.26.4
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+$(TRITON_READY): $(INSTALLED)
+	$(BIN)/python -m tritonserver_setup --check-timeout 120
+	touch $@
+
+models: $(MODELS_READY)
+
+$(MODELS_READY): $(INSTALLED)
+	$(BIN)/python -m exporter defaults
+
+serve: install models
+	$(BIN)/bentoml serve service:svc --production --host 127.0.0.1 --port $(PORT)
+
+test: install models
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) checkpoints model_repository/*/[0-9]*

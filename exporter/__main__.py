@@ -1,0 +1,64 @@
+"""Command line: `python -m exporter MODEL --checkpoint DIR` and `python -m exporter defaults`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local folders; never reach for a hub
+
+from exporter.architectures import CheckpointError, create_default_checkpoint  # noqa: E402
+from exporter.pipeline import export_model  # noqa: E402
+from exporter.verify import DEFAULT_TOLERANCE, ParityError  # noqa: E402
+from model_catalog import MODELS  # noqa: E402
+
+DEFAULT_CHECKPOINTS = Path("checkpoints")
+DEFAULT_REPOSITORY = Path("model_repository")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m exporter", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    export = commands.add_parser("export", help="export one checkpoint folder into the model repository")
+    export.add_argument("model", choices=sorted(MODELS))
+    export.add_argument("--checkpoint", type=Path, required=True, help="HuggingFace checkpoint folder")
+    export.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    export.add_argument("--version", type=int, default=1)
+    export.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="parity gate, max abs diff")
+
+    defaults = commands.add_parser(
+        "defaults", help="create the small random-init checkpoints (if missing) and export them (if missing)"
+    )
+    defaults.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
+    defaults.add_argument("--checkpoints", type=Path, default=DEFAULT_CHECKPOINTS)
+    defaults.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    defaults.add_argument("--force", action="store_true", help="export again even where a version exists")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "export":
+            print(export_model(MODELS[args.model], args.checkpoint, args.repository, args.version, args.tolerance).summary())
+            return 0
+        for name in args.models:
+            checkpoint = args.checkpoints / name
+            if not (checkpoint / "config.json").is_file():
+                create_default_checkpoint(MODELS[name], checkpoint)
+                print(f"{name}: created random-init checkpoint {checkpoint}")
+            if args.force or not (args.repository / name / "1").is_dir():
+                print(export_model(MODELS[name], checkpoint, args.repository).summary())
+            else:
+                print(f"{name}: {args.repository / name / '1'} exists; skipped (--force exports again)")
+        return 0
+    except (CheckpointError, ParityError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

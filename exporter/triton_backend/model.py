@@ -1,0 +1,57 @@
+"""Triton python-backend model that runs an exported ONNX graph with onnxruntime.
+
+The exporter copies this file into `<repository>/<model>/<version>/model.py`.
+Tensor names and dtypes come from the model's `config.pbtxt`, the single
+source of truth; the ONNX file name comes from its `onnx_file` parameter.
+Requests that Triton's dynamic batcher hands over together are concatenated
+into one onnxruntime call, grouped by shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        self.inputs = {
+            tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"]) for tensor in config["input"]
+        }
+        self.outputs = {
+            tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"]) for tensor in config["output"]
+        }
+        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        onnx_path = Path(args["model_repository"]) / args["model_version"] / parameters["onnx_file"]
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = int(parameters.get("intra_op_threads", "0"))
+        self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+    def execute(self, requests: list) -> list:
+        arrays = [
+            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy().astype(dtype, copy=False)
+             for name, dtype in self.inputs.items()}
+            for request in requests
+        ]  # fmt: skip
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for index, feeds in enumerate(arrays):
+            groups[tuple(feeds[name].shape[1:] for name in self.inputs)].append(index)
+        responses: list = [None] * len(requests)
+        for members in groups.values():
+            feeds = {name: np.concatenate([arrays[i][name] for i in members]) for name in self.inputs}
+            results = dict(zip(self.outputs, self.session.run(list(self.outputs), feeds)))
+            offsets = np.cumsum([0] + [len(arrays[i][next(iter(self.inputs))]) for i in members])
+            for member, start, stop in zip(members, offsets[:-1], offsets[1:]):
+                responses[member] = pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor(name, results[name][start:stop].astype(dtype, copy=False))
+                        for name, dtype in self.outputs.items()
+                    ]
+                )
+        return responses

@@ -1,0 +1,109 @@
+"""One description per served model.
+
+Everything model-specific lives here: the exporter reads it to build the
+architecture, name the ONNX tensors and generate `config.pbtxt`; the service
+reads it to pick the tokenizer, enforce the length limit and advertise the
+model's capabilities. Adding a model means adding a `ModelDescription`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Architecture(str, enum.Enum):
+    """Network families the exporter knows how to load and trace."""
+
+    ESM2 = "esm2"
+
+
+class TokenizerKind(str, enum.Enum):
+    """Tokenizers implemented in `preprocessing`."""
+
+    ESM = "esm"
+
+
+class Capability(str, enum.Enum):
+    """What a client may ask of a model; each maps to an endpoint."""
+
+    EMBED = "embed"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A Triton tensor: its name, its Triton data type and its shape without the batch axis."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    doc: str
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    """Triton's batching knobs for one model (see `config.pbtxt` `dynamic_batching`)."""
+
+    max_batch_size: int = 32
+    preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
+    max_queue_delay_microseconds: int = 2000
+    instance_count: int = 1
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """Name, architecture, tokenizer, limits, capabilities and Triton tensors of one model."""
+
+    name: str
+    architecture: Architecture
+    tokenizer: TokenizerKind
+    max_residues: int
+    capabilities: frozenset[Capability]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    default_checkpoint_config: dict[str, Any]
+    batching: BatchingPolicy = field(default_factory=BatchingPolicy)
+    summary: str = ""
+
+    @property
+    def output(self) -> TensorSpec:
+        """The single output tensor of an encoder model."""
+        (only,) = self.outputs
+        return only
+
+
+TOKEN_INPUTS = (
+    TensorSpec("input_ids", "TYPE_INT64", (-1,), "token ids, <cls> + residues + <eos>, right-padded with <pad>"),
+    TensorSpec("attention_mask", "TYPE_INT64", (-1,), "1 for real tokens (including <cls> and <eos>), 0 for padding"),
+)
+
+HIDDEN_STATES_OUTPUT = TensorSpec(
+    "hidden_states", "TYPE_FP32", (-1, -1), "final-layer hidden states [length, hidden size] for every token position"
+)
+
+MODELS: dict[str, ModelDescription] = {
+    description.name: description
+    for description in (
+        ModelDescription(
+            name="esm2nv",
+            architecture=Architecture.ESM2,
+            tokenizer=TokenizerKind.ESM,
+            max_residues=1022,
+            capabilities=frozenset({Capability.EMBED}),
+            inputs=TOKEN_INPUTS,
+            outputs=(HIDDEN_STATES_OUTPUT,),
+            # The shape of facebook/esm2_t6_8M_UR50D: the real ESM-2 layer stack
+            # (rotary positions, pre-LayerNorm, token dropout) at its smallest size.
+            default_checkpoint_config={
+                "hidden_size": 320,
+                "num_hidden_layers": 6,
+                "num_attention_heads": 20,
+                "intermediate_size": 1280,
+            },
+            summary="ESM-2 protein language model (rotary positions), mean-pooled residue embeddings",
+        ),
+    )
+}
+
+DEFAULT_MODEL = "esm2nv"

@@ -1,0 +1,10 @@
+"""Errors the tokenizers raise for client input; the service maps them to HTTP statuses."""
+
+
+class SequenceError(ValueError):
+    """One input sequence cannot be tokenized; `index` is its position in the request."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.message = message

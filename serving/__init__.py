@@ -1,0 +1,1 @@
+"""The service's logic, kept apart from the BentoML router in `service.py`."""

@@ -1,0 +1,81 @@
+"""Typed service errors, the one JSON error shape, and the one table from exception to HTTP status.
+
+Every client mistake becomes a 4xx whose body names the field (and the item
+index) at fault; Triton being away is a 503. Only a bug is a 500.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    field: str
+    message: str
+
+
+class ServiceError(Exception):
+    """Base of every error the service answers on purpose."""
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
+        self.problems = problems
+
+    @classmethod
+    def at(cls, field: str, message: str) -> ServiceError:
+        return cls([FieldProblem(field, message)])
+
+
+class MalformedBody(ServiceError):
+    """The body is not JSON, or not sent as JSON."""
+
+
+class UnsupportedMediaType(ServiceError):
+    """The request declares a content type other than JSON."""
+
+
+class InvalidRequest(ServiceError):
+    """The JSON does not match the request schema, or an item in it is unusable."""
+
+
+class UnknownModel(ServiceError):
+    """The request names a model this service does not serve."""
+
+
+class ModelUnavailable(ServiceError):
+    """Triton cannot run the model right now (not ready, restarting, unreachable)."""
+
+
+HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
+    MalformedBody: HTTPStatus.BAD_REQUEST,
+    UnsupportedMediaType: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+    InvalidRequest: HTTPStatus.UNPROCESSABLE_ENTITY,
+    UnknownModel: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ModelUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+ERROR_TYPES: dict[type[ServiceError], str] = {
+    MalformedBody: "malformed_body",
+    UnsupportedMediaType: "unsupported_media_type",
+    InvalidRequest: "invalid_request",
+    UnknownModel: "unknown_model",
+    ModelUnavailable: "model_unavailable",
+}
+
+
+def http_status(error: ServiceError) -> int:
+    return int(HTTP_STATUS[type(error)])
+
+
+def error_body(error: ServiceError) -> dict[str, Any]:
+    """`{"error": {"type", "message", "details": [{"field", "message"}]}}`, the shape of every error."""
+    return {
+        "error": {
+            "type": ERROR_TYPES[type(error)],
+            "message": str(error),
+            "details": [{"field": p.field, "message": p.message} for p in error.problems],
+        }
+    }

@@ -1,0 +1,74 @@
+"""The exporter: generated configs parse as Triton's ModelConfig, and the parity gate refuses bad models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from exporter import export_model
+from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
+from exporter.onnx_export import export_onnx
+from exporter.triton_config import render_config
+from exporter.verify import ParityError, check_parity
+from model_catalog import MODELS
+
+ESM2 = MODELS["esm2nv"]
+
+
+def test_config_parses_as_model_config_and_follows_the_description() -> None:
+    config = text_format.Parse(render_config(ESM2), model_config_pb2.ModelConfig())
+    assert config.name == "esm2nv" and config.backend == "python"
+    assert config.max_batch_size == ESM2.batching.max_batch_size > 0
+    assert [(t.name, model_config_pb2.DataType.Name(t.data_type)) for t in config.input] == [
+        (spec.name, spec.data_type) for spec in ESM2.inputs
+    ]
+    assert [tuple(t.dims) for t in config.output] == [spec.dims for spec in ESM2.outputs]
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
+
+
+def test_exported_repository_config_is_the_generated_one() -> None:
+    exported = Path(__file__).resolve().parent.parent / "model_repository" / "esm2nv" / "config.pbtxt"
+    assert exported.read_text() == render_config(ESM2)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("checkpoint") / "esm2"
+    tiny = type(ESM2)(**{**ESM2.__dict__, "default_checkpoint_config": {
+        "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}})  # fmt: skip
+    create_default_checkpoint(tiny, folder, seed=1)
+    return folder
+
+
+def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
+    assert report.parity.max_abs_diff < 1e-4
+    assert sorted(p.name for p in (tmp_path / "esm2nv" / "3").iterdir()) == ["model.onnx", "model.py"]
+    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2)
+
+
+def test_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(ParityError, match="was not written"):
+        export_model(ESM2, tiny_checkpoint, tmp_path, tolerance=0.0)
+    assert list((tmp_path / "esm2nv").iterdir()) == []
+
+
+def test_gate_catches_a_graph_that_differs_from_the_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    module = load_for_export(ESM2, tiny_checkpoint)
+    export_onnx(module, ESM2, tmp_path / "model.onnx")
+    torch.manual_seed(0)
+    with torch.no_grad():  # the ONNX graph now holds weights the checkpoint no longer has
+        weight = module.encoder.encoder.layer[0].output.dense.weight
+        weight.add_(torch.randn_like(weight) * 1e-2)
+    with pytest.raises(ParityError):
+        check_parity(module, tmp_path / "model.onnx", ESM2)
+
+
+def test_unreadable_checkpoint_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="config.json: missing"):
+        load_for_export(ESM2, tmp_path)

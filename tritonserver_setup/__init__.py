@@ -1,0 +1,1 @@
+"""Make a working `tritonserver` available on the virtual environment's PATH."""

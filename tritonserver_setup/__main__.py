@@ -1,0 +1,36 @@
+"""`python -m tritonserver_setup [--check-timeout S]`: provision tritonserver, then prove it loads a python model.
+
+Where a tritonserver is already installed (the tritonserver image has
+/opt/tritonserver/bin), `.venv/bin/tritonserver` points at it. Otherwise it is
+a wrapper around the binary bundled in nvidia-pytriton, with the python
+backend stub of this interpreter's version in place. A stub of the wrong
+version makes tritonserver hang while loading, so the check has a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tritonserver_setup.check import check_loads_python_model
+from tritonserver_setup.provision import ProvisionError, provision
+from tritonserver_setup.readiness import ReadinessTimeout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tritonserver_setup", description=__doc__)
+    parser.add_argument("--check-timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    args = parser.parse_args(argv)
+    try:
+        binary, origin = provision()
+        print(f"tritonserver: {binary} ({origin})")
+        seconds = check_loads_python_model(binary, args.check_timeout)
+        print(f"tritonserver: loaded a python-backend model and became ready in {seconds:.1f} s")
+    except (ProvisionError, ReadinessTimeout) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
