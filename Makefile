@@ -19,7 +19,7 @@ install: $(INSTALLED) $(TRITON_READY)
 $(INSTALLED): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0 numpy==1.26.4
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[export,local-triton,test]'
 	touch $@
 
 $(TRITON_READY): $(INSTALLED)
