@@ -9,6 +9,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local folders; never reach for a hub
 
+import transformers  # noqa: E402
+
 from exporter.architectures import CheckpointError, create_default_checkpoint  # noqa: E402
 from exporter.pipeline import export_model  # noqa: E402
 from exporter.verify import DEFAULT_TOLERANCE, ParityError  # noqa: E402
@@ -41,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    transformers.logging.set_verbosity_error()  # e.g. the unused lm_head of an *ForMaskedLM checkpoint
+    transformers.logging.disable_progress_bar()
     try:
         if args.command == "export":
             print(export_model(MODELS[args.model], args.checkpoint, args.repository, args.version, args.tolerance).summary())

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready
@@ -74,6 +75,10 @@ def service(default_checkpoint: Path) -> Iterator[RunningService]:
     except ReadinessTimeout as error:
         stop_process_group(process)
         pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
+    children = psutil.Process(process.pid).children(recursive=True)  # tritonserver among them
+    assert any("tritonserver" in " ".join(child.cmdline()) for child in children), running.log_tail()
     yield running
     stop_process_group(process)
+    survivors = [child.pid for child in children if child.is_running()]
+    assert not survivors, f"still running after stop: {survivors}"
     log_path.unlink(missing_ok=True)
