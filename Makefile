@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 PORT ?= 3000
 INSTALLED := $(VENV)/.installed
 TRITON_READY := $(VENV)/.tritonserver-checked
-MODELS_READY := model_repository/esm2nv/1/model.onnx
+MODELS_READY := model_repository/.exported
+EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/triton_backend/*.py preprocessing/*.py)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -28,8 +29,10 @@ $(TRITON_READY): $(INSTALLED)
 
 models: $(MODELS_READY)
 
-$(MODELS_READY): $(INSTALLED)
-	$(BIN)/python -m exporter defaults
+# Export again whenever the descriptions or the exporter change.
+$(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
+	$(BIN)/python -m exporter defaults --force
+	touch $@
 
 serve: install models
 	$(BIN)/bentoml serve service:svc --production --host 127.0.0.1 --port $(PORT)
@@ -38,4 +41,4 @@ test: install models
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) checkpoints model_repository/*/[0-9]*
+	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY)

@@ -12,9 +12,8 @@ import random
 from locust import HttpUser, constant, task
 
 from model_catalog import MODELS
-from preprocessing.esm_tokenizer import RESIDUES
+from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 
-STANDARD_RESIDUES = RESIDUES[:20]
 MAX_RESIDUES = MODELS["esm2nv"].max_residues
 
 

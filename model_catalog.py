@@ -16,28 +16,36 @@ from typing import Any
 class Architecture(str, enum.Enum):
     """Network families the exporter knows how to load and trace."""
 
+    ESM1 = "esm1"
     ESM2 = "esm2"
+    T5_ENCODER = "t5_encoder"
 
 
 class TokenizerKind(str, enum.Enum):
     """Tokenizers implemented in `preprocessing`."""
 
     ESM = "esm"
+    PROTT5 = "prott5"
 
 
 class Capability(str, enum.Enum):
     """What a client may ask of a model; each maps to an endpoint."""
 
     EMBED = "embed"
+    HIDDEN = "hidden"
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A Triton tensor: its name, its Triton data type and its shape without the batch axis."""
+    """A Triton tensor: its name, its Triton data type and its shape without the batch axis.
+
+    A dimension is -1 (variable), a number, or the name of a checkpoint size
+    (such as "hidden_size") that the exporter fills in from the checkpoint.
+    """
 
     name: str
     data_type: str
-    dims: tuple[int, ...]
+    dims: tuple[int | str, ...]
     doc: str
 
 
@@ -74,23 +82,41 @@ class ModelDescription:
 
 
 TOKEN_INPUTS = (
-    TensorSpec("input_ids", "TYPE_INT64", (-1,), "token ids, <cls> + residues + <eos>, right-padded with <pad>"),
-    TensorSpec("attention_mask", "TYPE_INT64", (-1,), "1 for real tokens (including <cls> and <eos>), 0 for padding"),
+    TensorSpec("input_ids", "TYPE_INT64", (-1,), "token ids: special tokens around one token per residue, then padding"),
+    TensorSpec("attention_mask", "TYPE_INT64", (-1,), "1 for real tokens (special tokens included), 0 for padding"),
 )
 
 HIDDEN_STATES_OUTPUT = TensorSpec(
-    "hidden_states", "TYPE_FP32", (-1, -1), "final-layer hidden states [length, hidden size] for every token position"
+    "hidden_states", "TYPE_FP32", (-1, "hidden_size"), "final-layer hidden states for every token position"
 )
+PROTEIN_CAPABILITIES = frozenset({Capability.EMBED, Capability.HIDDEN})
 
 MODELS: dict[str, ModelDescription] = {
     description.name: description
     for description in (
         ModelDescription(
+            name="esm1nv",
+            architecture=Architecture.ESM1,
+            tokenizer=TokenizerKind.ESM,
+            max_residues=512,
+            capabilities=PROTEIN_CAPABILITIES,
+            inputs=TOKEN_INPUTS,
+            outputs=(HIDDEN_STATES_OUTPUT,),
+            # ESM-1 layers (learned absolute positions) at a small width.
+            default_checkpoint_config={
+                "hidden_size": 256,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "intermediate_size": 1024,
+            },
+            summary="ESM-1 protein language model (learned absolute positions), residue embeddings",
+        ),
+        ModelDescription(
             name="esm2nv",
             architecture=Architecture.ESM2,
             tokenizer=TokenizerKind.ESM,
             max_residues=1022,
-            capabilities=frozenset({Capability.EMBED}),
+            capabilities=PROTEIN_CAPABILITIES,
             inputs=TOKEN_INPUTS,
             outputs=(HIDDEN_STATES_OUTPUT,),
             # The shape of facebook/esm2_t6_8M_UR50D: the real ESM-2 layer stack
@@ -101,7 +127,26 @@ MODELS: dict[str, ModelDescription] = {
                 "num_attention_heads": 20,
                 "intermediate_size": 1280,
             },
-            summary="ESM-2 protein language model (rotary positions), mean-pooled residue embeddings",
+            summary="ESM-2 protein language model (rotary positions), residue embeddings",
+        ),
+        ModelDescription(
+            name="prott5nv",
+            architecture=Architecture.T5_ENCODER,
+            tokenizer=TokenizerKind.PROTT5,
+            max_residues=512,
+            capabilities=PROTEIN_CAPABILITIES,
+            inputs=TOKEN_INPUTS,
+            outputs=(HIDDEN_STATES_OUTPUT,),
+            # ProtT5-XL's encoder layout (relative attention buckets, ReLU
+            # feed-forward, no biases) at a small width.
+            default_checkpoint_config={
+                "d_model": 256,
+                "d_kv": 32,
+                "d_ff": 1024,
+                "num_layers": 4,
+                "num_heads": 8,
+            },
+            summary="ProtT5 encoder (T5 relative attention), residue embeddings",
         ),
     )
 }

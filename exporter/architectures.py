@@ -7,13 +7,14 @@ a user's own checkpoint takes exactly the same path.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from model_catalog import Architecture, ModelDescription
-from preprocessing import ESM_ALPHABET
+from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 
 
 class CheckpointError(ValueError):
@@ -30,61 +31,114 @@ class HiddenStatesEncoder(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Checkpoint sizes that `config.pbtxt` dimensions may name."""
+        return {"hidden_size": self.encoder.config.hidden_size}
 
-# ESM-2 settings shared by every released size (facebook/esm2_t*_UR50D config.json).
-_ESM2_FIXED_CONFIG: dict[str, Any] = {
+
+# Settings every released ESM checkpoint shares (facebook/esm*_UR50* config.json).
+_ESM_COMMON: dict[str, Any] = {
     "vocab_size": len(ESM_ALPHABET),
     "pad_token_id": ESM_ALPHABET.index("<pad>"),
     "mask_token_id": ESM_ALPHABET.index("<mask>"),
-    "position_embedding_type": "rotary",
     "max_position_embeddings": 1026,
     "layer_norm_eps": 1e-5,
-    "emb_layer_norm_before": False,
     "token_dropout": True,
     "hidden_dropout_prob": 0.0,
     "attention_probs_dropout_prob": 0.0,
 }
+_ESM_POSITIONS = {
+    # facebook/esm1v_t33_650M_UR90S_1 config.json: learned positions, no LayerNorm before the first layer.
+    Architecture.ESM1: {"position_embedding_type": "absolute", "emb_layer_norm_before": False},
+    Architecture.ESM2: {"position_embedding_type": "rotary", "emb_layer_norm_before": False},
+}
+
+# ProtT5-XL (Rostlab/prot_t5_xl_uniref50 config.json), less its sizes.
+_PROTT5_COMMON: dict[str, Any] = {
+    "vocab_size": len(PROTT5_TOKENS),
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "feed_forward_proj": "relu",
+    "relative_attention_num_buckets": 32,
+    "dropout_rate": 0.0,
+    "layer_norm_epsilon": 1e-6,
+}
 
 
-def _create_esm2(description: ModelDescription, folder: Path, seed: int) -> None:
+@dataclass(frozen=True)
+class _Family:
+    create: Callable[[ModelDescription, Path], None]
+    load: Callable[[ModelDescription, Path], torch.nn.Module]
+
+
+def _create_esm(description: ModelDescription, folder: Path) -> None:
     from transformers import EsmConfig, EsmForMaskedLM, EsmTokenizer
 
-    torch.manual_seed(seed)
-    config = EsmConfig(**_ESM2_FIXED_CONFIG, **description.default_checkpoint_config)
+    config = EsmConfig(**_ESM_COMMON, **_ESM_POSITIONS[description.architecture], **description.default_checkpoint_config)
     EsmForMaskedLM(config).eval().save_pretrained(folder)
     vocab_file = folder / "vocab.txt"
     vocab_file.write_text("\n".join(ESM_ALPHABET) + "\n")
     EsmTokenizer(vocab_file=str(vocab_file)).save_pretrained(folder)
 
 
-def _load_esm2(folder: Path) -> torch.nn.Module:
+def _load_esm(description: ModelDescription, folder: Path) -> torch.nn.Module:
     from transformers import EsmConfig, EsmModel
 
     config = EsmConfig.from_pretrained(folder)
-    if config.model_type != "esm" or config.position_embedding_type != "rotary":
+    expected = _ESM_POSITIONS[description.architecture]["position_embedding_type"]
+    if config.model_type != "esm" or config.position_embedding_type != expected:
         raise CheckpointError(
-            f"{folder / 'config.json'}: model_type={config.model_type!r}, "
-            f"position_embedding_type={config.position_embedding_type!r}; ESM-2 needs 'esm' with 'rotary'"
+            f"{folder / 'config.json'}: model_type={config.model_type!r}, position_embedding_type="
+            f"{config.position_embedding_type!r}; {description.name} needs 'esm' with {expected!r}"
         )
-    if config.vocab_size != len(ESM_ALPHABET):
-        raise CheckpointError(
-            f"{folder / 'config.json'}: vocab_size={config.vocab_size}, the ESM alphabet has {len(ESM_ALPHABET)} tokens"
-        )
+    _check_vocab_size(folder, config.vocab_size, len(ESM_ALPHABET))
     return EsmModel.from_pretrained(folder, add_pooling_layer=False)
 
 
-_CREATORS: dict[Architecture, Callable[[ModelDescription, Path, int], None]] = {Architecture.ESM2: _create_esm2}
-_LOADERS: dict[Architecture, Callable[[Path], torch.nn.Module]] = {Architecture.ESM2: _load_esm2}
+def _create_t5_encoder(description: ModelDescription, folder: Path) -> None:
+    from transformers import T5Config, T5EncoderModel, T5Tokenizer
+
+    config = T5Config(**_PROTT5_COMMON, **description.default_checkpoint_config)
+    T5EncoderModel(config).eval().save_pretrained(folder)
+    # The sentinels count down from the end, as in every T5 sentencepiece model.
+    sentinels = [token for token in PROTT5_TOKENS if token.startswith("<extra_id_")]
+    pieces = [(token, 0.0) for token in PROTT5_TOKENS]
+    T5Tokenizer(vocab=pieces, extra_ids=0, additional_special_tokens=sentinels).save_pretrained(folder)
+
+
+def _load_t5_encoder(description: ModelDescription, folder: Path) -> torch.nn.Module:
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config.from_pretrained(folder)
+    if config.model_type != "t5":
+        raise CheckpointError(f"{folder / 'config.json'}: model_type={config.model_type!r}; {description.name} needs 't5'")
+    _check_vocab_size(folder, config.vocab_size, len(PROTT5_TOKENS))
+    # Eager attention traces to plain ONNX ops; sdpa's masking does not export cleanly for T5.
+    return T5EncoderModel.from_pretrained(folder, attn_implementation="eager")
+
+
+def _check_vocab_size(folder: Path, found: int, expected: int) -> None:
+    if found != expected:
+        raise CheckpointError(f"{folder / 'config.json'}: vocab_size={found}, the tokenizer has {expected} tokens")
+
+
+_FAMILIES: dict[Architecture, _Family] = {
+    Architecture.ESM1: _Family(_create_esm, _load_esm),
+    Architecture.ESM2: _Family(_create_esm, _load_esm),
+    Architecture.T5_ENCODER: _Family(_create_t5_encoder, _load_t5_encoder),
+}
 
 
 def create_default_checkpoint(description: ModelDescription, folder: Path, seed: int = 0) -> None:
     """Write a randomly initialised checkpoint of the real architecture and vocabulary (fixed seed)."""
     folder.mkdir(parents=True, exist_ok=True)
-    _CREATORS[description.architecture](description, folder, seed)
+    torch.manual_seed(seed)
+    _FAMILIES[description.architecture].create(description, folder)
 
 
 def load_for_export(description: ModelDescription, folder: Path) -> HiddenStatesEncoder:
     """Load a checkpoint folder and wrap it as the graph to export, in eval mode."""
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder / 'config.json'}: missing; expected a HuggingFace checkpoint folder")
-    return HiddenStatesEncoder(_LOADERS[description.architecture](folder)).eval()
+    return HiddenStatesEncoder(_FAMILIES[description.architecture].load(description, folder)).eval()

@@ -55,7 +55,7 @@ def export_model(
         staged.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
         staged.rename(version_dir)
         staged.mkdir()  # TemporaryDirectory removes its path on exit
-    (model_dir / "config.pbtxt").write_text(render_config(description))
+    (model_dir / "config.pbtxt").write_text(render_config(description, module.sizes))
     return ExportReport(
         model=description.name,
         version_dir=version_dir,

@@ -10,8 +10,15 @@ from model_catalog import ModelDescription
 ONNX_FILE = "model.onnx"
 
 
-def build_config(description: ModelDescription) -> model_config_pb2.ModelConfig:
-    """The CPU python-backend config: the only backend the tritonserver bundled in nvidia-pytriton has."""
+def _resolve(dims: tuple[int | str, ...], sizes: dict[str, int]) -> list[int]:
+    return [sizes[dim] if isinstance(dim, str) else dim for dim in dims]
+
+
+def build_config(description: ModelDescription, sizes: dict[str, int]) -> model_config_pb2.ModelConfig:
+    """The CPU python-backend config: the only backend the tritonserver bundled in nvidia-pytriton has.
+
+    `sizes` gives the checkpoint's sizes that tensor dimensions name, such as hidden_size.
+    """
     batching = description.batching
     config = model_config_pb2.ModelConfig(
         name=description.name,
@@ -20,7 +27,7 @@ def build_config(description: ModelDescription) -> model_config_pb2.ModelConfig:
     )
     for specs, target in ((description.inputs, config.input), (description.outputs, config.output)):
         for spec in specs:
-            target.add(name=spec.name, data_type=model_config_pb2.DataType.Value(spec.data_type), dims=spec.dims)
+            target.add(name=spec.name, data_type=model_config_pb2.DataType.Value(spec.data_type), dims=_resolve(spec.dims, sizes))
     config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=batching.instance_count)
     config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
     config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
@@ -28,7 +35,7 @@ def build_config(description: ModelDescription) -> model_config_pb2.ModelConfig:
     return config
 
 
-def render_config(description: ModelDescription) -> str:
+def render_config(description: ModelDescription, sizes: dict[str, int]) -> str:
     """`config.pbtxt` text with a header documenting each tensor; the backend and service read dtypes from it."""
     header = [
         f"# {description.name}: {description.summary}",
@@ -37,6 +44,6 @@ def render_config(description: ModelDescription) -> str:
     ]
     for direction, specs in (("input", description.inputs), ("output", description.outputs)):
         for spec in specs:
-            dims = ", ".join(str(d) for d in spec.dims)
+            dims = ", ".join(str(d) for d in _resolve(spec.dims, sizes))
             header.append(f"#   {direction:6} {spec.name} {spec.data_type} [batch, {dims}]: {spec.doc}")
-    return "\n".join(header) + "\n\n" + text_format.MessageToString(build_config(description))
+    return "\n".join(header) + "\n\n" + text_format.MessageToString(build_config(description, sizes))

@@ -11,7 +11,7 @@ import torch
 
 from model_catalog import ModelDescription
 from preprocessing import tokenizer_for
-from preprocessing.esm_tokenizer import RESIDUES
+from preprocessing.protein_tokenizer import RESIDUES
 
 DEFAULT_TOLERANCE = 1e-4
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class ServiceError(Exception):
         self.problems = problems
 
     @classmethod
-    def at(cls, field: str, message: str) -> ServiceError:
+    def at(cls, field: str, message: str) -> Self:
         return cls([FieldProblem(field, message)])
 
 
@@ -45,6 +45,10 @@ class UnknownModel(ServiceError):
     """The request names a model this service does not serve."""
 
 
+class CapabilityNotSupported(ServiceError):
+    """The named model cannot do what the endpoint does (e.g. /decode with a protein model)."""
+
+
 class ModelUnavailable(ServiceError):
     """Triton cannot run the model right now (not ready, restarting, unreachable)."""
 
@@ -54,6 +58,7 @@ HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     UnsupportedMediaType: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
     InvalidRequest: HTTPStatus.UNPROCESSABLE_ENTITY,
     UnknownModel: HTTPStatus.UNPROCESSABLE_ENTITY,
+    CapabilityNotSupported: HTTPStatus.UNPROCESSABLE_ENTITY,
     ModelUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
 }
 
@@ -62,6 +67,7 @@ ERROR_TYPES: dict[type[ServiceError], str] = {
     UnsupportedMediaType: "unsupported_media_type",
     InvalidRequest: "invalid_request",
     UnknownModel: "unknown_model",
+    CapabilityNotSupported: "capability_not_supported",
     ModelUnavailable: "model_unavailable",
 }
 

@@ -1,4 +1,4 @@
-"""Served models as the service sees them: tensors and dtypes read from each `config.pbtxt`."""
+"""Served models as the service sees them: tensors, dtypes and sizes read from each `config.pbtxt`."""
 
 from __future__ import annotations
 
@@ -28,18 +28,34 @@ class TritonTensor:
 @dataclass(frozen=True)
 class TritonModel:
     description: ModelDescription
+    version: int
     inputs: tuple[TritonTensor, ...]
     max_batch_size: int
+    sizes: dict[str, int]
+    """Checkpoint sizes the description's tensor dimensions name, e.g. hidden_size."""
 
     @classmethod
     def from_config(cls, config_path: Path) -> TritonModel:
         """Read a model's `config.pbtxt`; its name must be in the catalog."""
         config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
+        description = MODELS[config.name]
         inputs = tuple(
             TritonTensor(tensor.name, model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_"))
             for tensor in config.input
         )
-        return cls(MODELS[config.name], inputs, config.max_batch_size)
+        dims_by_name = {tensor.name: list(tensor.dims) for tensor in config.output}
+        sizes = {
+            dim: size
+            for spec in description.outputs
+            for dim, size in zip(spec.dims, dims_by_name[spec.name])
+            if isinstance(dim, str)
+        }
+        versions = [int(path.name) for path in config_path.parent.iterdir() if path.name.isdigit()]
+        return cls(description, max(versions, default=0), inputs, config.max_batch_size, sizes)
+
+    @property
+    def name(self) -> str:
+        return self.description.name
 
     def infer_inputs(self, arrays: dict[str, np.ndarray]) -> list[triton_http.InferInput]:
         """One InferInput per config input, in config order, cast to the config's dtype."""

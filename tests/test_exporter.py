@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,47 +10,67 @@ import torch
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from transformers import AutoConfig
+
 from exporter import export_model
 from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
 from exporter.onnx_export import export_onnx
 from exporter.triton_config import render_config
 from exporter.verify import ParityError, check_parity
 from model_catalog import MODELS
+from reference import CHECKPOINTS
 
 ESM2 = MODELS["esm2nv"]
 
 
 def test_config_parses_as_model_config_and_follows_the_description() -> None:
-    config = text_format.Parse(render_config(ESM2), model_config_pb2.ModelConfig())
+    config = text_format.Parse(render_config(ESM2, {"hidden_size": 320}), model_config_pb2.ModelConfig())
     assert config.name == "esm2nv" and config.backend == "python"
     assert config.max_batch_size == ESM2.batching.max_batch_size > 0
     assert [(t.name, model_config_pb2.DataType.Name(t.data_type)) for t in config.input] == [
         (spec.name, spec.data_type) for spec in ESM2.inputs
     ]
-    assert [tuple(t.dims) for t in config.output] == [spec.dims for spec in ESM2.outputs]
+    assert [tuple(t.dims) for t in config.output] == [(-1, 320)]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
 
 
-def test_exported_repository_config_is_the_generated_one() -> None:
-    exported = Path(__file__).resolve().parent.parent / "model_repository" / "esm2nv" / "config.pbtxt"
-    assert exported.read_text() == render_config(ESM2)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_default_export_parses_and_names_its_hidden_size(name: str) -> None:
+    repository = Path(__file__).resolve().parent.parent / "model_repository"
+    config = text_format.Parse((repository / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    hidden_size = AutoConfig.from_pretrained(CHECKPOINTS / name).hidden_size
+    assert (repository / name / "config.pbtxt").read_text() == render_config(MODELS[name], {"hidden_size": hidden_size})
+    assert list(config.output[0].dims) == [-1, hidden_size]
+
+
+TINY_SIZES = {
+    "esm1nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
+    "esm2nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
+    "prott5nv": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
+}
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("checkpoint") / "esm2"
-    tiny = type(ESM2)(**{**ESM2.__dict__, "default_checkpoint_config": {
-        "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}})  # fmt: skip
-    create_default_checkpoint(tiny, folder, seed=1)
+    create_default_checkpoint(replace(ESM2, default_checkpoint_config=TINY_SIZES["esm2nv"]), folder, seed=1)
     return folder
+
+
+@pytest.mark.parametrize("name", sorted(TINY_SIZES))
+def test_every_architecture_exports_within_tolerance(name: str, tmp_path: Path) -> None:
+    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
+    create_default_checkpoint(description, tmp_path / "checkpoint", seed=2)
+    report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
+    assert report.parity.max_abs_diff < 1e-4 and report.parity.batches == 3
 
 
 def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path) -> None:
     report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
     assert report.parity.max_abs_diff < 1e-4
     assert sorted(p.name for p in (tmp_path / "esm2nv" / "3").iterdir()) == ["model.onnx", "model.py"]
-    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2)
+    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, {"hidden_size": 32})
 
 
 def test_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:

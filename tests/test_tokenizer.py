@@ -1,48 +1,66 @@
-"""The ESM tokenizer against transformers' EsmTokenizer built from the same vocabulary."""
+"""Protein tokenizers against the transformers tokenizers saved in the default checkpoints."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from transformers import EsmTokenizer as HFEsmTokenizer
+from transformers import AutoTokenizer
 
-from preprocessing import ESM_ALPHABET, EsmTokenizer, SequenceError, mean_pool
-from preprocessing.esm_tokenizer import RESIDUES
+from model_catalog import MODELS, TokenizerKind
+from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, mean_pool, tokenizer_for
+from preprocessing.protein_tokenizer import RESIDUES
+from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
+from reference import CHECKPOINTS
 
 SEQUENCES = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "A", "XBUZOACDEFGHIKLMNPQRSTVWY", "MKT" * 50]
+TOKENIZER_MODELS = {TokenizerKind.ESM: "esm2nv", TokenizerKind.PROTT5: "prott5nv"}
+
+
+def reference_text(kind: TokenizerKind, sequence: str) -> str:
+    """How each family's own tokenizer expects a sequence: ProtT5 wants spaced residues with UZOB as X."""
+    if kind is TokenizerKind.PROTT5:
+        return " ".join("X" if residue in "UZOB" else residue for residue in sequence)
+    return sequence
+
+
+@pytest.fixture(scope="module", params=list(TOKENIZER_MODELS))
+def kind(request: pytest.FixtureRequest) -> TokenizerKind:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> HFEsmTokenizer:
-    vocab = Path(tmp_path_factory.mktemp("vocab")) / "vocab.txt"
-    vocab.write_text("\n".join(ESM_ALPHABET) + "\n")
-    return HFEsmTokenizer(vocab_file=str(vocab))
+def pair(kind: TokenizerKind) -> tuple[ProteinTokenizer, object]:
+    name = TOKENIZER_MODELS[kind]
+    return tokenizer_for(MODELS[name]), AutoTokenizer.from_pretrained(CHECKPOINTS / name)
 
 
-def test_alphabet_is_the_33_token_esm_alphabet(reference: HFEsmTokenizer) -> None:
-    assert len(ESM_ALPHABET) == 33
-    assert reference.convert_tokens_to_ids(["<cls>", "<pad>", "<eos>", "<mask>"]) == [0, 1, 2, 32]
+def test_vocabularies_have_the_released_sizes() -> None:
+    assert len(ESM_ALPHABET) == 33 and ESM_ALPHABET[0] == "<cls>" and ESM_ALPHABET[32] == "<mask>"
+    assert len(PROTT5_TOKENS) == 128 and PROTT5_TOKENS[3] == "▁A" and PROTT5_TOKENS[127] == "<extra_id_0>"
+
+
+def test_whole_vocabulary_matches(kind: TokenizerKind, pair: tuple[ProteinTokenizer, object]) -> None:
+    ours, theirs = pair
+    assert list(ours.vocabulary.tokens) == theirs.convert_ids_to_tokens(list(range(len(theirs))))
 
 
 @pytest.mark.parametrize("sequence", SEQUENCES)
-def test_ids_match_transformers(reference: HFEsmTokenizer, sequence: str) -> None:
-    ours = EsmTokenizer(max_residues=1022).encode(sequence)
-    assert ours.tolist() == reference(sequence)["input_ids"]
+def test_ids_match_transformers(kind: TokenizerKind, pair: tuple[ProteinTokenizer, object], sequence: str) -> None:
+    ours, theirs = pair
+    assert ours.encode(sequence).tolist() == theirs(reference_text(kind, sequence))["input_ids"]
 
 
-def test_padded_batch_matches_transformers(reference: HFEsmTokenizer) -> None:
-    ours = EsmTokenizer(max_residues=1022).batch(SEQUENCES)
-    theirs = reference(SEQUENCES, padding=True, return_tensors="np")
-    np.testing.assert_array_equal(ours.input_ids, theirs["input_ids"])
-    np.testing.assert_array_equal(ours.attention_mask, theirs["attention_mask"])
-    assert ours.residue_mask.sum(axis=1).tolist() == [len(s) for s in SEQUENCES]
-    assert not ours.residue_mask[:, 0].any()  # <cls> is never a residue
+def test_padded_batch_matches_transformers(kind: TokenizerKind, pair: tuple[ProteinTokenizer, object]) -> None:
+    ours, theirs = pair
+    batch = ours.batch(SEQUENCES)
+    expected = theirs([reference_text(kind, s) for s in SEQUENCES], padding=True, return_tensors="np")
+    np.testing.assert_array_equal(batch.input_ids, expected["input_ids"])
+    np.testing.assert_array_equal(batch.attention_mask, expected["attention_mask"])
+    assert batch.residue_mask.sum(axis=1).tolist() == [len(s) for s in SEQUENCES]
 
 
 def test_lower_case_reads_as_upper_case() -> None:
-    tokenizer = EsmTokenizer(max_residues=100)
+    tokenizer = tokenizer_for(MODELS["esm2nv"])
     assert tokenizer.encode(RESIDUES.lower()).tolist() == tokenizer.encode(RESIDUES).tolist()
 
 
@@ -59,8 +77,9 @@ def test_lower_case_reads_as_upper_case() -> None:
     ],
 )
 def test_bad_sequences_name_the_problem(sequence: str, message: str) -> None:
+    tokenizer = ProteinTokenizer(tokenizer_for(MODELS["esm2nv"]).vocabulary, max_residues=10)
     with pytest.raises(SequenceError, match=message) as raised:
-        EsmTokenizer(max_residues=10).batch(["MK", sequence])
+        tokenizer.batch(["MK", sequence])
     assert raised.value.index == 1
 
 
@@ -71,3 +90,8 @@ def test_mean_pool_averages_only_masked_positions() -> None:
     pooled = mean_pool(hidden, mask)
     np.testing.assert_allclose(pooled[0], hidden[0, 1:3].mean(axis=0), rtol=1e-6)
     np.testing.assert_allclose(pooled[1], hidden[1, 1:5].mean(axis=0), rtol=1e-6)
+
+
+def test_l2_normalize() -> None:
+    vectors = np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
+    np.testing.assert_allclose(l2_normalize(vectors), [[0.6, 0.8], [0.0, 0.0]])

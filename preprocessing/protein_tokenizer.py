@@ -1,0 +1,129 @@
+"""A vectorised residue tokenizer, configured per model family (ESM, ProtT5).
+
+Both families put one token per residue between fixed prefix and suffix
+tokens and right-pad; they differ in vocabulary, in those special tokens and
+in how rare residues map to tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from preprocessing.errors import SequenceError
+from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
+
+# Letters a protein sequence may contain: the 20 standard amino acids plus the
+# IUPAC ambiguity and rare codes (X B U Z O). Gap symbols and special tokens
+# are not residues and are refused. Lower case reads as upper case.
+STANDARD_RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
+RESIDUES = STANDARD_RESIDUES + "XBUZO"
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """A right-padded batch, ready for the Triton model."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    residue_mask: np.ndarray
+    """True exactly at residue positions: not special tokens, not padding. Mean pooling uses it."""
+
+    def model_inputs(self) -> dict[str, np.ndarray]:
+        """The arrays the encoder takes, keyed by their tensor names in `model_catalog.TOKEN_INPUTS`."""
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+
+
+@dataclass(frozen=True)
+class ProteinVocabulary:
+    tokens: tuple[str, ...]
+    residue_tokens: dict[str, str]
+    """Each accepted upper-case letter -> its token."""
+    prefix: tuple[str, ...]
+    suffix: tuple[str, ...]
+    pad: str
+
+
+ESM_VOCABULARY = ProteinVocabulary(
+    tokens=ESM_ALPHABET,
+    residue_tokens={residue: residue for residue in RESIDUES},
+    prefix=("<cls>",),
+    suffix=("<eos>",),
+    pad="<pad>",
+)
+
+# ProtT5 was trained with U, Z, O and B replaced by X (Elnaggar et al. 2021),
+# and reads one "▁"-prefixed piece per residue, then </s>.
+PROTT5_VOCABULARY = ProteinVocabulary(
+    tokens=PROTT5_TOKENS,
+    residue_tokens={residue: "▁" + (residue if residue in STANDARD_RESIDUES else "X") for residue in RESIDUES},
+    prefix=(),
+    suffix=("</s>",),
+    pad="<pad>",
+)
+
+
+class ProteinTokenizer:
+    """prefix + one token per residue + suffix, then padding up to the longest sequence.
+
+    Anything outside `RESIDUES` (either case) is an error naming the character and its position.
+    """
+
+    def __init__(self, vocabulary: ProteinVocabulary, max_residues: int) -> None:
+        self.vocabulary = vocabulary
+        self.max_residues = max_residues
+        ids = {token: index for index, token in enumerate(vocabulary.tokens)}
+        self.prefix_ids = np.array([ids[token] for token in vocabulary.prefix], dtype=np.int64)
+        self.suffix_ids = np.array([ids[token] for token in vocabulary.suffix], dtype=np.int64)
+        self.pad_id = ids[vocabulary.pad]
+        self._byte_to_id = np.full(256, -1, dtype=np.int64)
+        for residue, token in vocabulary.residue_tokens.items():
+            self._byte_to_id[ord(residue)] = self._byte_to_id[ord(residue.lower())] = ids[token]
+
+    @property
+    def summary_position(self) -> int | None:
+        """Where a whole-sequence token (<cls>) sits, if the model has one."""
+        return 0 if len(self.prefix_ids) else None
+
+    def encode(self, sequence: str, index: int = 0) -> np.ndarray:
+        """Token ids of one sequence without padding; `index` names it in errors."""
+        if not sequence:
+            raise SequenceError(index, "sequence is empty")
+        if len(sequence) > self.max_residues:
+            raise SequenceError(
+                index, f"sequence has {len(sequence)} residues; this model accepts at most {self.max_residues}"
+            )
+        if not sequence.isascii():
+            position, character = next((p, c) for p, c in enumerate(sequence) if not c.isascii())
+            raise SequenceError(index, self._bad_character_message(character, position))
+        residue_ids = self._byte_to_id[np.frombuffer(sequence.encode("ascii"), dtype=np.uint8)]
+        unknown = np.flatnonzero(residue_ids < 0)
+        if unknown.size:
+            position = int(unknown[0])
+            raise SequenceError(index, self._bad_character_message(sequence[position], position))
+        return np.concatenate((self.prefix_ids, residue_ids, self.suffix_ids))
+
+    def batch(self, sequences: list[str]) -> TokenBatch:
+        """Tokenize and right-pad `sequences`; the first bad sequence raises `SequenceError`."""
+        return self.pad([self.encode(sequence, index) for index, sequence in enumerate(sequences)])
+
+    def pad(self, encoded: list[np.ndarray], width: int | None = None) -> TokenBatch:
+        """Right-pad sequences from `encode` to `width` (default: the longest of them)."""
+        width = width or max(len(ids) for ids in encoded)
+        input_ids = np.full((len(encoded), width), self.pad_id, dtype=np.int64)
+        attention_mask = np.zeros((len(encoded), width), dtype=np.int64)
+        residue_mask = np.zeros((len(encoded), width), dtype=bool)
+        first_residue = len(self.prefix_ids)
+        for row, ids in enumerate(encoded):
+            input_ids[row, : len(ids)] = ids
+            attention_mask[row, : len(ids)] = 1
+            residue_mask[row, first_residue : len(ids) - len(self.suffix_ids)] = True
+        return TokenBatch(input_ids, attention_mask, residue_mask)
+
+    @staticmethod
+    def _bad_character_message(character: str, position: int) -> str:
+        return (
+            f"character {character!r} at position {position} is not an amino acid; "
+            f"allowed: {RESIDUES} (either case)"
+        )

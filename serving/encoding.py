@@ -1,0 +1,127 @@
+"""/embed, /hidden and /models: tokenize, run the encoder through the Triton runner, post-process."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import numpy as np
+from tritonclient.utils import InferenceServerException
+
+from model_catalog import Capability
+from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, mean_pool, tokenizer_for
+from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
+from serving.protocol import (
+    EmbedRequest,
+    HiddenRequest,
+    HiddenResponse,
+    ModelInfo,
+    ModelsResponse,
+    Pooling,
+)
+from serving.triton_models import TritonModel
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Encoder output for a whole request, in input order, padded to its longest input."""
+
+    hidden_states: np.ndarray
+    attention_mask: np.ndarray
+    residue_mask: np.ndarray
+
+
+class EncoderEngine:
+    """Turns validated requests into Triton calls; one instance per API worker."""
+
+    def __init__(self, runner: Any, models: dict[str, TritonModel]) -> None:
+        self.runner = runner
+        self.models = models
+        self.tokenizers: dict[str, ProteinTokenizer] = {
+            name: tokenizer_for(model.description) for name, model in models.items()
+        }
+
+    def model(self, name: str, capability: Capability) -> TritonModel:
+        """The served model `name`, which must have `capability`; else a 422 naming the models that do."""
+        if name not in self.models:
+            raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(self.models))}")
+        model = self.models[name]
+        if capability not in model.description.capabilities:
+            able = sorted(n for n, m in self.models.items() if capability in m.description.capabilities)
+            raise CapabilityNotSupported.at(
+                "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
+            )
+        return model
+
+    def catalog(self) -> ModelsResponse:
+        return ModelsResponse(
+            models=[
+                ModelInfo(
+                    name=name,
+                    version=model.version,
+                    summary=model.description.summary,
+                    capabilities=sorted(c.value for c in model.description.capabilities),
+                    max_length=model.description.max_residues,
+                    hidden_size=model.sizes["hidden_size"],
+                    tokenizer=model.description.tokenizer.value,
+                )
+                for name, model in sorted(self.models.items())
+            ]
+        )
+
+    async def embed(self, request: EmbedRequest) -> np.ndarray:
+        """[batch, dim] float32 embeddings in input order."""
+        model = self.model(request.model, Capability.EMBED)
+        tokenizer = self.tokenizers[model.name]
+        if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
+            raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
+        encoded = await self.encode(model, request.sequences)
+        if request.pooling is Pooling.CLS:
+            vectors = encoded.hidden_states[:, tokenizer.summary_position]
+        else:
+            vectors = mean_pool(encoded.hidden_states, encoded.residue_mask)
+        return l2_normalize(vectors) if request.normalize else vectors
+
+    async def hidden(self, request: HiddenRequest) -> HiddenResponse:
+        model = self.model(request.model, Capability.HIDDEN)
+        encoded = await self.encode(model, request.sequences)
+        return HiddenResponse(
+            model=model.name,
+            dim=encoded.hidden_states.shape[2],
+            hiddens=encoded.hidden_states.tolist(),
+            mask=encoded.attention_mask.tolist(),
+        )
+
+    async def encode(self, model: TritonModel, sequences: list[str]) -> Encoded:
+        """Tokenize every sequence (all problems reported at once) and run the encoder on length-sorted chunks."""
+        tokenizer = self.tokenizers[model.name]
+        encoded, problems = [], []
+        for index, sequence in enumerate(sequences):
+            try:
+                encoded.append(tokenizer.encode(sequence, index))
+            except SequenceError as error:
+                problems.append(FieldProblem(f"sequences[{error.index}]", error.message))
+        if problems:
+            raise InvalidRequest(problems)
+        # Sorting by length before cutting Triton-sized chunks keeps padding small.
+        order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
+        chunks = [order[start : start + model.max_batch_size] for start in range(0, len(order), model.max_batch_size)]
+        outputs = await asyncio.gather(
+            *(self._infer(model, tokenizer.pad([encoded[i] for i in chunk]).model_inputs()) for chunk in chunks)
+        )
+        batch = tokenizer.pad(encoded)
+        hidden_states = np.zeros(batch.input_ids.shape + (outputs[0].shape[2],), dtype=np.float32)
+        for chunk, output in zip(chunks, outputs):
+            hidden_states[chunk, : output.shape[1]] = output
+        hidden_states[batch.attention_mask == 0] = 0  # padding carries no state
+        return Encoded(hidden_states, batch.attention_mask, batch.residue_mask)
+
+    async def _infer(self, model: TritonModel, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """Run the model's single output; Triton being unreachable or not ready is a 503."""
+        try:
+            result = await getattr(self.runner, model.name).async_run(*model.infer_inputs(arrays))
+        except (InferenceServerException, aiohttp.ClientError, ConnectionError) as error:
+            raise ModelUnavailable.at("model", f"{model.name} is not available right now: {error}") from None
+        return result.as_numpy(model.description.output.name)

@@ -1,0 +1,106 @@
+"""BentoML IO descriptors and endpoint registration in which every failure is a typed error in one JSON shape.
+
+BentoML's own descriptors answer a body that fails validation with a
+plain-text 400 and anything unexpected with a 500. Here the input descriptor
+hands a body it cannot use to the endpoint as a `ServiceError`, the endpoint
+returns any `ServiceError` instead of raising it, and the output descriptors
+render it as its status code and error body, whatever the success type.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Awaitable, Callable, TypeVar
+
+import bentoml
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from serving.errors import (
+    FieldProblem,
+    InvalidRequest,
+    MalformedBody,
+    ServiceError,
+    UnsupportedMediaType,
+    error_body,
+    http_status,
+)
+
+RequestT = TypeVar("RequestT")
+Handler = Callable[[RequestT], Awaitable[Any]]
+
+
+def field_path(location: tuple[str | int, ...]) -> str:
+    """('sequences', 2) -> 'sequences[2]'; the empty location is the whole body."""
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
+    return path or "body"
+
+
+def _validation_error(error: ValidationError) -> ServiceError:
+    if any(item["type"] == "json_invalid" for item in error.errors()):
+        return MalformedBody.at("body", f"not valid JSON: {error.errors()[0]['msg']}")
+    return InvalidRequest([FieldProblem(field_path(tuple(item["loc"])), item["msg"]) for item in error.errors()])
+
+
+class ValidatedJSON(bentoml.io.JSON):
+    """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
+
+    async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
+        media_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            return UnsupportedMediaType.at("content-type", f"{media_type!r} is not accepted; send application/json")
+        try:
+            return self._pydantic_model.model_validate_json(await request.body())
+        except ValidationError as error:
+            return _validation_error(error)
+
+
+class NoInput(bentoml.io.JSON):
+    """For endpoints that take nothing: answers GET (and POST, which the OpenAPI document shows)."""
+
+    HTTP_METHODS = ("GET", "POST")
+
+    async def from_http_request(self, request: Request) -> None:
+        return None
+
+
+class _RendersErrors:
+    """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body."""
+
+    async def to_http_response(self, obj: Any, ctx: bentoml.Context | None = None) -> Response:
+        if isinstance(obj, ServiceError):
+            return JSONResponse(error_body(obj), status_code=http_status(obj))
+        return await super().to_http_response(obj, ctx)  # type: ignore[misc]
+
+
+class JSONOutput(_RendersErrors, bentoml.io.JSON):
+    pass
+
+
+class NdarrayOutput(_RendersErrors, bentoml.io.NumpyNdarray):
+    pass
+
+
+def endpoint(
+    service: bentoml.legacy.Service, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor
+) -> Callable[[Handler], Handler]:
+    """Register `handler(request) -> response` at `route`; any `ServiceError` it raises is answered as JSON."""
+
+    def register(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def answer(parsed: Any) -> Any:
+            if isinstance(parsed, ServiceError):
+                return parsed
+            try:
+                return await handler(parsed)
+            except ServiceError as error:
+                return error
+
+        del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
+        service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)
+        return handler
+
+    return register

@@ -1,0 +1,30 @@
+"""A request for a capability a model lacks is a 422 naming the models that have it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from model_catalog import MODELS, Capability
+from serving.encoding import EncoderEngine
+from serving.errors import CapabilityNotSupported, UnknownModel, http_status
+from serving.triton_models import TritonModel
+
+
+def served(name: str, capabilities: set[Capability]) -> TritonModel:
+    description = replace(MODELS["esm2nv"], name=name, capabilities=frozenset(capabilities))
+    return TritonModel(description, version=1, inputs=(), max_batch_size=8, sizes={"hidden_size": 8})
+
+
+def test_missing_capability_names_the_models_that_have_it() -> None:
+    engine = EncoderEngine(runner=None, models={
+        "embedder": served("embedder", {Capability.EMBED}),
+        "both": served("both", {Capability.EMBED, Capability.HIDDEN}),
+    })  # fmt: skip
+    with pytest.raises(CapabilityNotSupported, match="embedder cannot hidden; models that can: both") as raised:
+        engine.model("embedder", Capability.HIDDEN)
+    assert http_status(raised.value) == 422 and raised.value.problems[0].field == "model"
+    assert engine.model("both", Capability.HIDDEN).name == "both"
+    with pytest.raises(UnknownModel, match="served models: both, embedder"):
+        engine.model("esm9", Capability.EMBED)

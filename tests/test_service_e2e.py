@@ -1,0 +1,127 @@
+"""End to end: real `bentoml serve` + real tritonserver, checked against transformers with the same weights."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+
+from conftest import RunningService
+from model_catalog import MODELS, Capability
+from preprocessing.protein_tokenizer import STANDARD_RESIDUES
+from reference import TransformersReference
+
+PROTEIN_MODELS = [name for name, d in MODELS.items() if Capability.HIDDEN in d.capabilities]
+TOLERANCE = 1e-4
+
+
+def random_sequences(count: int, seed: int, longest: int = 400) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return ["".join(rng.choice(list(STANDARD_RESIDUES), size=int(rng.integers(1, longest)))) for _ in range(count)]
+
+
+def mixed_sequences(model: str) -> list[str]:
+    """Lengths from 1 to the model's limit, lower case and rare residues, all in one request."""
+    limit = MODELS[model].max_residues
+    return ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * limit, "XBUZOWC"]
+
+
+@pytest.fixture(scope="module", params=PROTEIN_MODELS)
+def model(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def reference(model: str) -> TransformersReference:
+    return TransformersReference(model)
+
+
+def post(service: RunningService, path: str, body: Any) -> requests.Response:
+    return requests.post(f"{service.url}{path}", json=body, timeout=120)
+
+
+def test_embed_matches_transformers(service: RunningService, model: str, reference: TransformersReference) -> None:
+    sequences = mixed_sequences(model)
+    response = post(service, "/embed", {"sequences": sequences, "model": model})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["model"] == model and len(answer["embeddings"]) == len(sequences)
+    for sequence, vector in zip(sequences, answer["embeddings"]):
+        expected = reference.mean_embedding(sequence)
+        assert answer["dim"] == len(vector) == expected.shape[0]
+        assert np.abs(np.asarray(vector) - expected).max() < TOLERANCE
+
+
+def test_hidden_matches_transformers(service: RunningService, model: str, reference: TransformersReference) -> None:
+    sequences = mixed_sequences(model)
+    response = post(service, "/hidden", {"sequences": sequences, "model": model})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    hiddens, mask = np.asarray(answer["hiddens"]), np.asarray(answer["mask"])
+    assert hiddens.shape[:2] == mask.shape and hiddens.shape[2] == answer["dim"]
+    for row, sequence in enumerate(sequences):
+        expected = reference.hidden_states(sequence)
+        assert mask[row].tolist() == [1] * len(expected) + [0] * (mask.shape[1] - len(expected))
+        assert np.abs(hiddens[row, : len(expected)] - expected).max() < TOLERANCE
+        assert not hiddens[row, len(expected) :].any()
+
+
+def test_normalized_ndarray_embeddings(service: RunningService, model: str, reference: TransformersReference) -> None:
+    sequences = random_sequences(3, seed=7)
+    response = post(service, "/embed/ndarray", {"sequences": sequences, "model": model, "normalize": True})
+    assert response.status_code == 200, response.text
+    vectors = np.asarray(response.json(), dtype=np.float32)
+    for sequence, vector in zip(sequences, vectors):
+        expected = reference.mean_embedding(sequence)
+        assert np.abs(vector - expected / np.linalg.norm(expected)).max() < TOLERANCE
+
+
+def test_cls_pooling_is_the_first_token(service: RunningService) -> None:
+    reference = TransformersReference("esm2nv")
+    sequences = random_sequences(2, seed=3)
+    response = post(service, "/embed", {"sequences": sequences, "pooling": "cls"})
+    assert response.status_code == 200, response.text
+    for sequence, vector in zip(sequences, response.json()["embeddings"]):
+        assert np.abs(np.asarray(vector) - reference.hidden_states(sequence)[0]).max() < TOLERANCE
+
+
+def test_more_sequences_than_one_triton_batch(service: RunningService) -> None:
+    reference = TransformersReference("esm2nv")
+    sequences = random_sequences(MODELS["esm2nv"].batching.max_batch_size + 9, seed=1)
+    response = post(service, "/embed", {"sequences": sequences, "model": "esm2nv"})
+    assert response.status_code == 200, response.text
+    for sequence, vector in zip(sequences, response.json()["embeddings"]):
+        assert np.abs(np.asarray(vector) - reference.mean_embedding(sequence)).max() < TOLERANCE
+
+
+def test_concurrent_requests_to_every_model(service: RunningService) -> None:
+    references = {name: TransformersReference(name) for name in PROTEIN_MODELS}
+    sent = [(PROTEIN_MODELS[i % len(PROTEIN_MODELS)], random_sequences(1 + i % 3, seed=100 + i, longest=200)) for i in range(12)]
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        responses = list(pool.map(lambda job: post(service, "/embed", {"model": job[0], "sequences": job[1]}), sent))
+    for (model, sequences), response in zip(sent, responses):
+        assert response.status_code == 200, response.text
+        for sequence, vector in zip(sequences, response.json()["embeddings"]):
+            assert np.abs(np.asarray(vector) - references[model].mean_embedding(sequence)).max() < TOLERANCE
+
+
+def test_models_lists_every_served_model(service: RunningService) -> None:
+    for method in (requests.get, requests.post):
+        listed = {m["name"]: m for m in method(f"{service.url}/models", timeout=60).json()["models"]}
+        assert set(listed) == set(MODELS)
+    for name, info in listed.items():
+        description = MODELS[name]
+        assert info["version"] == 1 and info["max_length"] == description.max_residues
+        assert info["capabilities"] == sorted(c.value for c in description.capabilities)
+        assert info["tokenizer"] == description.tokenizer.value
+        assert info["hidden_size"] == TransformersReference(name).model.config.hidden_size
+
+
+def test_openapi_documents_every_endpoint(service: RunningService) -> None:
+    paths = requests.get(f"{service.url}/docs.json", timeout=60).json()["paths"]
+    for route in ("/embed", "/embed/ndarray", "/hidden", "/models"):
+        assert route in paths
+    assert "pooling" in str(paths["/embed"]) or "EmbedRequest" in str(paths["/embed"])
