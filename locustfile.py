@@ -14,7 +14,7 @@ from locust import HttpUser, constant, task
 from model_catalog import MODELS
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 
-MAX_RESIDUES = MODELS["esm2nv"].max_residues
+MAX_RESIDUES = MODELS["esm2nv"].max_length
 
 
 def protein_length(rng: random.Random) -> int:

@@ -19,6 +19,7 @@ class Architecture(str, enum.Enum):
     ESM1 = "esm1"
     ESM2 = "esm2"
     T5_ENCODER = "t5_encoder"
+    MBART = "mbart"
 
 
 class TokenizerKind(str, enum.Enum):
@@ -26,6 +27,7 @@ class TokenizerKind(str, enum.Enum):
 
     ESM = "esm"
     PROTT5 = "prott5"
+    SMILES = "smiles"
 
 
 class Capability(str, enum.Enum):
@@ -33,6 +35,17 @@ class Capability(str, enum.Enum):
 
     EMBED = "embed"
     HIDDEN = "hidden"
+    DECODE = "decode"
+    GENERATE = "generate"
+
+
+class GraphRole(str, enum.Enum):
+    """The exported graphs a model may consist of; each is one Triton model."""
+
+    ENCODER = "encoder"
+    """(input_ids, attention_mask) -> hidden_states"""
+    DECODER_STEP = "decoder"
+    """(decoder_ids, encoder_hidden_states, encoder_mask) -> logits of the next token"""
 
 
 @dataclass(frozen=True)
@@ -60,25 +73,41 @@ class BatchingPolicy:
 
 
 @dataclass(frozen=True)
+class GraphSpec:
+    """One exported graph: its role and its Triton tensors."""
+
+    role: GraphRole
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def output(self) -> TensorSpec:
+        """The single output tensor."""
+        (only,) = self.outputs
+        return only
+
+
+@dataclass(frozen=True)
 class ModelDescription:
-    """Name, architecture, tokenizer, limits, capabilities and Triton tensors of one model."""
+    """Name, architecture, tokenizer, limits, capabilities and Triton graphs of one model."""
 
     name: str
     architecture: Architecture
     tokenizer: TokenizerKind
-    max_residues: int
+    max_length: int
+    """Most residues (proteins) or SMILES tokens one input may have."""
     capabilities: frozenset[Capability]
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
+    graphs: tuple[GraphSpec, ...]
     default_checkpoint_config: dict[str, Any]
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     summary: str = ""
 
-    @property
-    def output(self) -> TensorSpec:
-        """The single output tensor of an encoder model."""
-        (only,) = self.outputs
-        return only
+    def graph(self, role: GraphRole) -> GraphSpec:
+        return next(graph for graph in self.graphs if graph.role is role)
+
+    def triton_name(self, role: GraphRole) -> str:
+        """A single-graph model is served under its own name; others as `<name>_<role>`."""
+        return self.name if len(self.graphs) == 1 else f"{self.name}_{role.value}"
 
 
 TOKEN_INPUTS = (
@@ -89,6 +118,16 @@ TOKEN_INPUTS = (
 HIDDEN_STATES_OUTPUT = TensorSpec(
     "hidden_states", "TYPE_FP32", (-1, "hidden_size"), "final-layer hidden states for every token position"
 )
+ENCODER = GraphSpec(GraphRole.ENCODER, TOKEN_INPUTS, (HIDDEN_STATES_OUTPUT,))
+DECODER_STEP = GraphSpec(
+    GraphRole.DECODER_STEP,
+    inputs=(
+        TensorSpec("decoder_ids", "TYPE_INT64", (-1,), "the tokens decoded so far, starting with the begin token"),
+        TensorSpec("encoder_hidden_states", "TYPE_FP32", (-1, "hidden_size"), "the encoder's hidden_states"),
+        TensorSpec("encoder_mask", "TYPE_INT64", (-1,), "the encoder's attention_mask"),
+    ),
+    outputs=(TensorSpec("logits", "TYPE_FP32", ("vocab_size",), "unnormalised scores of the next token"),),
+)
 PROTEIN_CAPABILITIES = frozenset({Capability.EMBED, Capability.HIDDEN})
 
 MODELS: dict[str, ModelDescription] = {
@@ -98,10 +137,9 @@ MODELS: dict[str, ModelDescription] = {
             name="esm1nv",
             architecture=Architecture.ESM1,
             tokenizer=TokenizerKind.ESM,
-            max_residues=512,
+            max_length=512,
             capabilities=PROTEIN_CAPABILITIES,
-            inputs=TOKEN_INPUTS,
-            outputs=(HIDDEN_STATES_OUTPUT,),
+            graphs=(ENCODER,),
             # ESM-1 layers (learned absolute positions) at a small width.
             default_checkpoint_config={
                 "hidden_size": 256,
@@ -115,10 +153,9 @@ MODELS: dict[str, ModelDescription] = {
             name="esm2nv",
             architecture=Architecture.ESM2,
             tokenizer=TokenizerKind.ESM,
-            max_residues=1022,
+            max_length=1022,
             capabilities=PROTEIN_CAPABILITIES,
-            inputs=TOKEN_INPUTS,
-            outputs=(HIDDEN_STATES_OUTPUT,),
+            graphs=(ENCODER,),
             # The shape of facebook/esm2_t6_8M_UR50D: the real ESM-2 layer stack
             # (rotary positions, pre-LayerNorm, token dropout) at its smallest size.
             default_checkpoint_config={
@@ -133,10 +170,9 @@ MODELS: dict[str, ModelDescription] = {
             name="prott5nv",
             architecture=Architecture.T5_ENCODER,
             tokenizer=TokenizerKind.PROTT5,
-            max_residues=512,
+            max_length=512,
             capabilities=PROTEIN_CAPABILITIES,
-            inputs=TOKEN_INPUTS,
-            outputs=(HIDDEN_STATES_OUTPUT,),
+            graphs=(ENCODER,),
             # ProtT5-XL's encoder layout (relative attention buckets, ReLU
             # feed-forward, no biases) at a small width.
             default_checkpoint_config={
@@ -147,6 +183,26 @@ MODELS: dict[str, ModelDescription] = {
                 "num_heads": 8,
             },
             summary="ProtT5 encoder (T5 relative attention), residue embeddings",
+        ),
+        ModelDescription(
+            name="megamolbart",
+            architecture=Architecture.MBART,
+            tokenizer=TokenizerKind.SMILES,
+            max_length=510,
+            capabilities=frozenset(Capability),
+            graphs=(ENCODER, DECODER_STEP),
+            # MegaMolBART's pre-LayerNorm encoder-decoder with learned positions
+            # (BioNeMo: 6 layers, 512 wide, 8 heads) at a smaller width.
+            default_checkpoint_config={
+                "d_model": 256,
+                "encoder_layers": 4,
+                "decoder_layers": 4,
+                "encoder_attention_heads": 8,
+                "decoder_attention_heads": 8,
+                "encoder_ffn_dim": 1024,
+                "decoder_ffn_dim": 1024,
+            },
+            summary="MegaMolBART SMILES encoder-decoder: embeddings, latent decoding and sampling of molecules",
         ),
     )
 }

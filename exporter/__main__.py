@@ -54,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             if not (checkpoint / "config.json").is_file():
                 create_default_checkpoint(MODELS[name], checkpoint)
                 print(f"{name}: created random-init checkpoint {checkpoint}")
-            if args.force or not (args.repository / name / "1").is_dir():
-                print(export_model(MODELS[name], checkpoint, args.repository).summary())
+            description = MODELS[name]
+            versions = [args.repository / description.triton_name(g.role) / "1" for g in description.graphs]
+            if args.force or not all(version.is_dir() for version in versions):
+                print(export_model(description, checkpoint, args.repository).summary())
             else:
-                print(f"{name}: {args.repository / name / '1'} exists; skipped (--force exports again)")
+                print(f"{name}: version 1 exists; skipped (--force exports again)")
         return 0
     except (CheckpointError, ParityError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from model_catalog import Architecture, ModelDescription
+from model_catalog import Architecture, GraphRole, ModelDescription
+from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 
 
@@ -22,7 +23,7 @@ class CheckpointError(ValueError):
 
 
 class HiddenStatesEncoder(torch.nn.Module):
-    """(input_ids, attention_mask) -> final hidden states: the graph Triton serves."""
+    """(input_ids, attention_mask) -> final hidden states: the encoder graph Triton serves."""
 
     def __init__(self, encoder: torch.nn.Module) -> None:
         super().__init__()
@@ -31,10 +32,36 @@ class HiddenStatesEncoder(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    @property
-    def sizes(self) -> dict[str, int]:
-        """Checkpoint sizes that `config.pbtxt` dimensions may name."""
-        return {"hidden_size": self.encoder.config.hidden_size}
+
+class DecoderStep(torch.nn.Module):
+    """(decoder_ids, encoder_hidden_states, encoder_mask) -> logits of the next token.
+
+    The whole prefix is decoded at every step (no key-value cache), which keeps
+    the graph stateless so that Triton can batch steps of unrelated requests.
+    """
+
+    def __init__(self, seq2seq: torch.nn.Module) -> None:
+        super().__init__()
+        self.seq2seq = seq2seq
+
+    def forward(
+        self, decoder_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, encoder_mask: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = self.seq2seq.model.decoder(
+            input_ids=decoder_ids,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_mask,
+            use_cache=False,
+        ).last_hidden_state[:, -1]
+        return self.seq2seq.lm_head(hidden) + self.seq2seq.final_logits_bias
+
+
+@dataclass(frozen=True)
+class ExportableModel:
+    """The loaded checkpoint as the graphs to export, and the sizes their tensor dimensions name."""
+
+    graphs: dict[GraphRole, torch.nn.Module]
+    sizes: dict[str, int]
 
 
 # Settings every released ESM checkpoint shares (facebook/esm*_UR50* config.json).
@@ -66,10 +93,28 @@ _PROTT5_COMMON: dict[str, Any] = {
 }
 
 
+# MegaMolBART: pre-LayerNorm encoder-decoder, learned positions, GELU; the
+# MegaMolBART special tokens <PAD>=0, ^ (begin)=2, & (end)=3.
+_MEGAMOLBART_COMMON: dict[str, Any] = {
+    "vocab_size": len(MEGAMOLBART_TOKENS),
+    "max_position_embeddings": 512,
+    "pad_token_id": MEGAMOLBART_TOKENS.index("<PAD>"),
+    "bos_token_id": MEGAMOLBART_TOKENS.index("^"),
+    "eos_token_id": MEGAMOLBART_TOKENS.index("&"),
+    "decoder_start_token_id": MEGAMOLBART_TOKENS.index("^"),
+    "forced_eos_token_id": None,
+    "activation_function": "gelu",
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "scale_embedding": False,
+}
+
+
 @dataclass(frozen=True)
 class _Family:
     create: Callable[[ModelDescription, Path], None]
-    load: Callable[[ModelDescription, Path], torch.nn.Module]
+    load: Callable[[ModelDescription, Path], ExportableModel]
 
 
 def _create_esm(description: ModelDescription, folder: Path) -> None:
@@ -82,7 +127,7 @@ def _create_esm(description: ModelDescription, folder: Path) -> None:
     EsmTokenizer(vocab_file=str(vocab_file)).save_pretrained(folder)
 
 
-def _load_esm(description: ModelDescription, folder: Path) -> torch.nn.Module:
+def _load_esm(description: ModelDescription, folder: Path) -> ExportableModel:
     from transformers import EsmConfig, EsmModel
 
     config = EsmConfig.from_pretrained(folder)
@@ -93,7 +138,7 @@ def _load_esm(description: ModelDescription, folder: Path) -> torch.nn.Module:
             f"{config.position_embedding_type!r}; {description.name} needs 'esm' with {expected!r}"
         )
     _check_vocab_size(folder, config.vocab_size, len(ESM_ALPHABET))
-    return EsmModel.from_pretrained(folder, add_pooling_layer=False)
+    return _encoder_only(EsmModel.from_pretrained(folder, add_pooling_layer=False))
 
 
 def _create_t5_encoder(description: ModelDescription, folder: Path) -> None:
@@ -107,7 +152,7 @@ def _create_t5_encoder(description: ModelDescription, folder: Path) -> None:
     T5Tokenizer(vocab=pieces, extra_ids=0, additional_special_tokens=sentinels).save_pretrained(folder)
 
 
-def _load_t5_encoder(description: ModelDescription, folder: Path) -> torch.nn.Module:
+def _load_t5_encoder(description: ModelDescription, folder: Path) -> ExportableModel:
     from transformers import T5Config, T5EncoderModel
 
     config = T5Config.from_pretrained(folder)
@@ -115,7 +160,35 @@ def _load_t5_encoder(description: ModelDescription, folder: Path) -> torch.nn.Mo
         raise CheckpointError(f"{folder / 'config.json'}: model_type={config.model_type!r}; {description.name} needs 't5'")
     _check_vocab_size(folder, config.vocab_size, len(PROTT5_TOKENS))
     # Eager attention traces to plain ONNX ops; sdpa's masking does not export cleanly for T5.
-    return T5EncoderModel.from_pretrained(folder, attn_implementation="eager")
+    return _encoder_only(T5EncoderModel.from_pretrained(folder, attn_implementation="eager"))
+
+
+def _create_mbart(description: ModelDescription, folder: Path) -> None:
+    from transformers import MBartConfig, MBartForConditionalGeneration
+
+    config = MBartConfig(**_MEGAMOLBART_COMMON, **description.default_checkpoint_config)
+    MBartForConditionalGeneration(config).eval().save_pretrained(folder)
+    (folder / VOCABULARY_FILE.name).write_text(VOCABULARY_FILE.read_text())
+
+
+def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
+    from transformers import MBartConfig, MBartForConditionalGeneration
+
+    config = MBartConfig.from_pretrained(folder)
+    if config.model_type != "mbart":
+        raise CheckpointError(f"{folder / 'config.json'}: model_type={config.model_type!r}; {description.name} needs 'mbart'")
+    _check_vocab_size(folder, config.vocab_size, len(MEGAMOLBART_TOKENS))
+    model = MBartForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
+    return ExportableModel(
+        graphs={GraphRole.ENCODER: HiddenStatesEncoder(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)},
+        sizes={"hidden_size": config.d_model, "vocab_size": config.vocab_size},
+    )
+
+
+def _encoder_only(encoder: torch.nn.Module) -> ExportableModel:
+    return ExportableModel(
+        graphs={GraphRole.ENCODER: HiddenStatesEncoder(encoder)}, sizes={"hidden_size": encoder.config.hidden_size}
+    )
 
 
 def _check_vocab_size(folder: Path, found: int, expected: int) -> None:
@@ -127,6 +200,7 @@ _FAMILIES: dict[Architecture, _Family] = {
     Architecture.ESM1: _Family(_create_esm, _load_esm),
     Architecture.ESM2: _Family(_create_esm, _load_esm),
     Architecture.T5_ENCODER: _Family(_create_t5_encoder, _load_t5_encoder),
+    Architecture.MBART: _Family(_create_mbart, _load_mbart),
 }
 
 
@@ -137,8 +211,11 @@ def create_default_checkpoint(description: ModelDescription, folder: Path, seed:
     _FAMILIES[description.architecture].create(description, folder)
 
 
-def load_for_export(description: ModelDescription, folder: Path) -> HiddenStatesEncoder:
-    """Load a checkpoint folder and wrap it as the graph to export, in eval mode."""
+def load_for_export(description: ModelDescription, folder: Path) -> ExportableModel:
+    """Load a checkpoint folder as the graphs to export, in eval mode."""
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder / 'config.json'}: missing; expected a HuggingFace checkpoint folder")
-    return HiddenStatesEncoder(_FAMILIES[description.architecture].load(description, folder)).eval()
+    loaded = _FAMILIES[description.architecture].load(description, folder)
+    for graph in loaded.graphs.values():
+        graph.eval()
+    return loaded

@@ -1,4 +1,4 @@
-"""Trace a wrapped checkpoint into ONNX with dynamic batch and sequence axes."""
+"""Trace one graph into ONNX with every variable dimension dynamic."""
 
 from __future__ import annotations
 
@@ -7,26 +7,28 @@ from pathlib import Path
 
 import torch
 
-from model_catalog import ModelDescription
-from preprocessing import tokenizer_for
+from exporter.graph_inputs import GraphInputs
+from model_catalog import GraphSpec
 
 ONNX_OPSET = 17
 
 
-def export_onnx(module: torch.nn.Module, description: ModelDescription, path: Path) -> None:
+def export_onnx(module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path) -> None:
     """Write `module` to `path` with the legacy (TorchScript) exporter, which matched torch best."""
-    sample = tokenizer_for(description).batch(["MKTAYIAKQR", "MSLK"])
-    dynamic_axes = {spec.name: {0: "batch", 1: "sequence"} for spec in description.inputs + description.outputs}
+    dynamic_axes = {
+        spec.name: {0: "batch", **{axis + 1: f"{spec.name}_{axis}" for axis, dim in enumerate(spec.dims) if dim == -1}}
+        for spec in graph.inputs + graph.outputs
+    }
     # The tracer warns about Python branches on shapes; the parity gate, run on
     # other batch sizes and lengths than the trace, is what proves the graph general.
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
-            tuple(torch.from_numpy(sample.model_inputs()[spec.name]) for spec in description.inputs),
+            tuple(torch.from_numpy(sample.feeds[spec.name]) for spec in graph.inputs),
             str(path),
-            input_names=[spec.name for spec in description.inputs],
-            output_names=[spec.name for spec in description.outputs],
+            input_names=[spec.name for spec in graph.inputs],
+            output_names=[spec.name for spec in graph.outputs],
             dynamic_axes=dynamic_axes,
             opset_version=ONNX_OPSET,
             dynamo=False,

@@ -1,4 +1,4 @@
-"""load -> convert -> verify -> write: one checkpoint into one model-repository version."""
+"""load -> convert -> verify -> write: one checkpoint into one version of each of its Triton models."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.architectures import load_for_export
+from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.triton_config import ONNX_FILE, render_config
 from exporter.verify import DEFAULT_TOLERANCE, ParityReport, check_parity
@@ -18,19 +19,28 @@ BACKEND_SOURCE = Path(__file__).parent / "triton_backend" / "model.py"
 
 
 @dataclass(frozen=True)
-class ExportReport:
-    model: str
+class GraphReport:
+    triton_name: str
     version_dir: Path
     onnx_bytes: int
     parity: ParityReport
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    model: str
+    graphs: list[GraphReport]
     seconds: float
 
     def summary(self) -> str:
-        return (
-            f"{self.model}: wrote {self.version_dir} ({self.onnx_bytes / 2**20:.1f} MiB ONNX) in {self.seconds:.1f} s; "
-            f"max |onnxruntime - torch| = {self.parity.max_abs_diff:.2e} over {self.parity.tokens_compared} tokens "
-            f"in {self.parity.batches} padded batches"
-        )
+        lines = [f"{self.model}: exported in {self.seconds:.1f} s"]
+        for graph in self.graphs:
+            lines.append(
+                f"  {graph.version_dir} ({graph.onnx_bytes / 2**20:.1f} MiB ONNX): max |onnxruntime - torch| = "
+                f"{graph.parity.max_abs_diff:.2e} over {graph.parity.values_compared} values in "
+                f"{graph.parity.batches} padded batches"
+            )
+        return "\n".join(lines)
 
 
 def export_model(
@@ -40,26 +50,34 @@ def export_model(
     version: int = 1,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> ExportReport:
-    """Export `checkpoint` as `repository/<model>/<version>`; nothing is written unless the parity gate passes."""
+    """Export every graph of `checkpoint` as `repository/<triton name>/<version>`.
+
+    Nothing is written unless every graph passes the parity gate.
+    """
     started = time.perf_counter()
-    module = load_for_export(description, checkpoint)
-    model_dir = repository / description.name
-    model_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=model_dir, prefix=".export-") as staging:
-        staged = Path(staging)
-        export_onnx(module, description, staged / ONNX_FILE)
-        parity = check_parity(module, staged / ONNX_FILE, description, tolerance)
-        shutil.copy(BACKEND_SOURCE, staged / "model.py")
-        version_dir = model_dir / str(version)
-        shutil.rmtree(version_dir, ignore_errors=True)
-        staged.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
-        staged.rename(version_dir)
-        staged.mkdir()  # TemporaryDirectory removes its path on exit
-    (model_dir / "config.pbtxt").write_text(render_config(description, module.sizes))
-    return ExportReport(
-        model=description.name,
-        version_dir=version_dir,
-        onnx_bytes=(version_dir / ONNX_FILE).stat().st_size,
-        parity=parity,
-        seconds=time.perf_counter() - started,
-    )
+    loaded = load_for_export(description, checkpoint)
+    repository.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
+        staged: dict[str, tuple[Path, ParityReport]] = {}
+        for graph in description.graphs:
+            name = description.triton_name(graph.role)
+            module = loaded.graphs[graph.role]
+            version_dir = Path(staging) / name / str(version)
+            version_dir.mkdir(parents=True)
+            export_onnx(module, graph, trace_inputs(description, graph.role, loaded.graphs), version_dir / ONNX_FILE)
+            batches = verification_inputs(description, graph.role, loaded.graphs, seed=0)
+            parity = check_parity(module, version_dir / ONNX_FILE, graph, batches, name, tolerance)
+            shutil.copy(BACKEND_SOURCE, version_dir / "model.py")
+            (version_dir.parent / "config.pbtxt").write_text(render_config(description, graph, loaded.sizes))
+            staged[name] = (version_dir, parity)
+        reports = []
+        for name, (staged_version, parity) in staged.items():
+            model_dir = repository / name
+            model_dir.mkdir(exist_ok=True)
+            target = model_dir / str(version)
+            shutil.rmtree(target, ignore_errors=True)
+            staged_version.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
+            staged_version.rename(target)
+            shutil.move(str(staged_version.parent / "config.pbtxt"), model_dir / "config.pbtxt")
+            reports.append(GraphReport(name, target, (target / ONNX_FILE).stat().st_size, parity))
+    return ExportReport(model=description.name, graphs=reports, seconds=time.perf_counter() - started)

@@ -1,21 +1,32 @@
 """Tokenizers and post-processing that run in the service process, next to the Triton calls."""
 
+from __future__ import annotations
+
 from model_catalog import ModelDescription, TokenizerKind
+from preprocessing.batching import TokenBatch
 from preprocessing.errors import SequenceError
 from preprocessing.pooling import l2_normalize, mean_pool
-from preprocessing.protein_tokenizer import (
-    ESM_VOCABULARY,
-    PROTT5_VOCABULARY,
-    ProteinTokenizer,
-    TokenBatch,
-)
+from preprocessing.protein_tokenizer import ESM_VOCABULARY, PROTT5_VOCABULARY, ProteinTokenizer
+from preprocessing.smiles import SmilesTokenizer
 
-_VOCABULARIES = {TokenizerKind.ESM: ESM_VOCABULARY, TokenizerKind.PROTT5: PROTT5_VOCABULARY}
+Tokenizer = ProteinTokenizer | SmilesTokenizer
 
 
-def tokenizer_for(description: ModelDescription) -> ProteinTokenizer:
+def tokenizer_for(description: ModelDescription) -> Tokenizer:
     """The tokenizer a model description names, bound to the model's length limit."""
-    return ProteinTokenizer(_VOCABULARIES[description.tokenizer], description.max_residues)
+    if description.tokenizer is TokenizerKind.SMILES:
+        return SmilesTokenizer(description.max_length)
+    vocabularies = {TokenizerKind.ESM: ESM_VOCABULARY, TokenizerKind.PROTT5: PROTT5_VOCABULARY}
+    return ProteinTokenizer(vocabularies[description.tokenizer], description.max_length)
 
 
-__all__ = ["ProteinTokenizer", "SequenceError", "TokenBatch", "l2_normalize", "mean_pool", "tokenizer_for"]
+__all__ = [
+    "ProteinTokenizer",
+    "SequenceError",
+    "SmilesTokenizer",
+    "TokenBatch",
+    "Tokenizer",
+    "l2_normalize",
+    "mean_pool",
+    "tokenizer_for",
+]

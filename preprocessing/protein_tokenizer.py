@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from preprocessing.batching import TokenBatch, pad_batch
 from preprocessing.errors import SequenceError
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 
@@ -19,20 +20,6 @@ from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 # are not residues and are refused. Lower case reads as upper case.
 STANDARD_RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
 RESIDUES = STANDARD_RESIDUES + "XBUZO"
-
-
-@dataclass(frozen=True)
-class TokenBatch:
-    """A right-padded batch, ready for the Triton model."""
-
-    input_ids: np.ndarray
-    attention_mask: np.ndarray
-    residue_mask: np.ndarray
-    """True exactly at residue positions: not special tokens, not padding. Mean pooling uses it."""
-
-    def model_inputs(self) -> dict[str, np.ndarray]:
-        """The arrays the encoder takes, keyed by their tensor names in `model_catalog.TOKEN_INPUTS`."""
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
 
 
 @dataclass(frozen=True)
@@ -77,6 +64,7 @@ class ProteinTokenizer:
         self.prefix_ids = np.array([ids[token] for token in vocabulary.prefix], dtype=np.int64)
         self.suffix_ids = np.array([ids[token] for token in vocabulary.suffix], dtype=np.int64)
         self.pad_id = ids[vocabulary.pad]
+        self.content_ids = np.unique([ids[token] for token in vocabulary.residue_tokens.values()])
         self._byte_to_id = np.full(256, -1, dtype=np.int64)
         for residue, token in vocabulary.residue_tokens.items():
             self._byte_to_id[ord(residue)] = self._byte_to_id[ord(residue.lower())] = ids[token]
@@ -102,24 +90,19 @@ class ProteinTokenizer:
         if unknown.size:
             position = int(unknown[0])
             raise SequenceError(index, self._bad_character_message(sequence[position], position))
-        return np.concatenate((self.prefix_ids, residue_ids, self.suffix_ids))
+        return self.wrap(residue_ids)
 
     def batch(self, sequences: list[str]) -> TokenBatch:
         """Tokenize and right-pad `sequences`; the first bad sequence raises `SequenceError`."""
         return self.pad([self.encode(sequence, index) for index, sequence in enumerate(sequences)])
 
+    def wrap(self, content_ids: np.ndarray) -> np.ndarray:
+        """The model input for a run of residue tokens: prefix + residues + suffix."""
+        return np.concatenate((self.prefix_ids, content_ids, self.suffix_ids))
+
     def pad(self, encoded: list[np.ndarray], width: int | None = None) -> TokenBatch:
         """Right-pad sequences from `encode` to `width` (default: the longest of them)."""
-        width = width or max(len(ids) for ids in encoded)
-        input_ids = np.full((len(encoded), width), self.pad_id, dtype=np.int64)
-        attention_mask = np.zeros((len(encoded), width), dtype=np.int64)
-        residue_mask = np.zeros((len(encoded), width), dtype=bool)
-        first_residue = len(self.prefix_ids)
-        for row, ids in enumerate(encoded):
-            input_ids[row, : len(ids)] = ids
-            attention_mask[row, : len(ids)] = 1
-            residue_mask[row, first_residue : len(ids) - len(self.suffix_ids)] = True
-        return TokenBatch(input_ids, attention_mask, residue_mask)
+        return pad_batch(encoded, self.pad_id, len(self.prefix_ids), len(self.suffix_ids), width)
 
     @staticmethod
     def _bad_character_message(character: str, position: int) -> str:

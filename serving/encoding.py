@@ -10,8 +10,8 @@ import aiohttp
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from model_catalog import Capability
-from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, mean_pool, tokenizer_for
+from model_catalog import Capability, GraphRole
+from preprocessing import SequenceError, Tokenizer, l2_normalize, mean_pool, tokenizer_for
 from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
 from serving.protocol import (
     EmbedRequest,
@@ -21,7 +21,7 @@ from serving.protocol import (
     ModelsResponse,
     Pooling,
 )
-from serving.triton_models import TritonModel
+from serving.triton_models import ServedModel, TritonGraph
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,14 @@ class Encoded:
 class EncoderEngine:
     """Turns validated requests into Triton calls; one instance per API worker."""
 
-    def __init__(self, runner: Any, models: dict[str, TritonModel]) -> None:
+    def __init__(self, runner: Any, models: dict[str, ServedModel]) -> None:
         self.runner = runner
         self.models = models
-        self.tokenizers: dict[str, ProteinTokenizer] = {
+        self.tokenizers: dict[str, Tokenizer] = {
             name: tokenizer_for(model.description) for name, model in models.items()
         }
 
-    def model(self, name: str, capability: Capability) -> TritonModel:
+    def model(self, name: str, capability: Capability) -> ServedModel:
         """The served model `name`, which must have `capability`; else a 422 naming the models that do."""
         if name not in self.models:
             raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(self.models))}")
@@ -63,7 +63,7 @@ class EncoderEngine:
                     version=model.version,
                     summary=model.description.summary,
                     capabilities=sorted(c.value for c in model.description.capabilities),
-                    max_length=model.description.max_residues,
+                    max_length=model.description.max_length,
                     hidden_size=model.sizes["hidden_size"],
                     tokenizer=model.description.tokenizer.value,
                 )
@@ -94,7 +94,7 @@ class EncoderEngine:
             mask=encoded.attention_mask.tolist(),
         )
 
-    async def encode(self, model: TritonModel, sequences: list[str]) -> Encoded:
+    async def encode(self, model: ServedModel, sequences: list[str]) -> Encoded:
         """Tokenize every sequence (all problems reported at once) and run the encoder on length-sorted chunks."""
         tokenizer = self.tokenizers[model.name]
         encoded, problems = [], []
@@ -106,10 +106,12 @@ class EncoderEngine:
         if problems:
             raise InvalidRequest(problems)
         # Sorting by length before cutting Triton-sized chunks keeps padding small.
+        encoder = model.graph(GraphRole.ENCODER)
         order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
-        chunks = [order[start : start + model.max_batch_size] for start in range(0, len(order), model.max_batch_size)]
+        size = encoder.max_batch_size
+        chunks = [order[start : start + size] for start in range(0, len(order), size)]
         outputs = await asyncio.gather(
-            *(self._infer(model, tokenizer.pad([encoded[i] for i in chunk]).model_inputs()) for chunk in chunks)
+            *(self.infer(encoder, tokenizer.pad([encoded[i] for i in chunk]).model_inputs()) for chunk in chunks)
         )
         batch = tokenizer.pad(encoded)
         hidden_states = np.zeros(batch.input_ids.shape + (outputs[0].shape[2],), dtype=np.float32)
@@ -118,10 +120,10 @@ class EncoderEngine:
         hidden_states[batch.attention_mask == 0] = 0  # padding carries no state
         return Encoded(hidden_states, batch.attention_mask, batch.residue_mask)
 
-    async def _infer(self, model: TritonModel, arrays: dict[str, np.ndarray]) -> np.ndarray:
-        """Run the model's single output; Triton being unreachable or not ready is a 503."""
+    async def infer(self, graph: TritonGraph, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """Run one Triton model and return its single output; Triton unreachable or not ready is a 503."""
         try:
-            result = await getattr(self.runner, model.name).async_run(*model.infer_inputs(arrays))
+            result = await getattr(self.runner, graph.name).async_run(*graph.infer_inputs(arrays))
         except (InferenceServerException, aiohttp.ClientError, ConnectionError) as error:
-            raise ModelUnavailable.at("model", f"{model.name} is not available right now: {error}") from None
-        return result.as_numpy(model.description.output.name)
+            raise ModelUnavailable.at("model", f"{graph.name} is not available right now: {error}") from None
+        return result.as_numpy(graph.spec.output.name)

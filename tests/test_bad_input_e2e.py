@@ -11,7 +11,7 @@ import requests
 from conftest import RunningService
 from model_catalog import MODELS
 
-ESM2_LIMIT = MODELS["esm2nv"].max_residues
+ESM2_LIMIT = MODELS["esm2nv"].max_length
 ENDPOINTS = ["/embed", "/embed/ndarray", "/hidden"]
 
 BAD_INPUTS = [

@@ -9,12 +9,12 @@ import pytest
 from model_catalog import MODELS, Capability
 from serving.encoding import EncoderEngine
 from serving.errors import CapabilityNotSupported, UnknownModel, http_status
-from serving.triton_models import TritonModel
+from serving.triton_models import ServedModel
 
 
-def served(name: str, capabilities: set[Capability]) -> TritonModel:
+def served(name: str, capabilities: set[Capability]) -> ServedModel:
     description = replace(MODELS["esm2nv"], name=name, capabilities=frozenset(capabilities))
-    return TritonModel(description, version=1, inputs=(), max_batch_size=8, sizes={"hidden_size": 8})
+    return ServedModel(description, version=1, graphs={}, sizes={"hidden_size": 8})
 
 
 def test_missing_capability_names_the_models_that_have_it() -> None:

@@ -14,21 +14,22 @@ from transformers import AutoConfig
 
 from exporter import export_model
 from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
+from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.triton_config import render_config
 from exporter.verify import ParityError, check_parity
-from model_catalog import MODELS
+from model_catalog import MODELS, GraphRole
 from reference import CHECKPOINTS
 
 ESM2 = MODELS["esm2nv"]
 
 
 def test_config_parses_as_model_config_and_follows_the_description() -> None:
-    config = text_format.Parse(render_config(ESM2, {"hidden_size": 320}), model_config_pb2.ModelConfig())
+    config = text_format.Parse(render_config(ESM2, ESM2.graphs[0], {"hidden_size": 320}), model_config_pb2.ModelConfig())
     assert config.name == "esm2nv" and config.backend == "python"
     assert config.max_batch_size == ESM2.batching.max_batch_size > 0
     assert [(t.name, model_config_pb2.DataType.Name(t.data_type)) for t in config.input] == [
-        (spec.name, spec.data_type) for spec in ESM2.inputs
+        (spec.name, spec.data_type) for spec in ESM2.graphs[0].inputs
     ]
     assert [tuple(t.dims) for t in config.output] == [(-1, 320)]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
@@ -36,15 +37,22 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_every_default_export_parses_and_names_its_hidden_size(name: str) -> None:
+def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
+    description = MODELS[name]
     repository = Path(__file__).resolve().parent.parent / "model_repository"
-    config = text_format.Parse((repository / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-    hidden_size = AutoConfig.from_pretrained(CHECKPOINTS / name).hidden_size
-    assert (repository / name / "config.pbtxt").read_text() == render_config(MODELS[name], {"hidden_size": hidden_size})
-    assert list(config.output[0].dims) == [-1, hidden_size]
+    checkpoint = AutoConfig.from_pretrained(CHECKPOINTS / name)
+    sizes = {"hidden_size": checkpoint.hidden_size, "vocab_size": checkpoint.vocab_size}
+    for graph in description.graphs:
+        text = (repository / description.triton_name(graph.role) / "config.pbtxt").read_text()
+        assert text == render_config(description, graph, sizes)
+        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        assert config.name == description.triton_name(graph.role)
+        assert [t.name for t in config.input] == [spec.name for spec in graph.inputs]
 
 
 TINY_SIZES = {
+    "megamolbart": {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                    "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64},
     "esm1nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
     "esm2nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
     "prott5nv": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
@@ -63,31 +71,34 @@ def test_every_architecture_exports_within_tolerance(name: str, tmp_path: Path) 
     description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
     create_default_checkpoint(description, tmp_path / "checkpoint", seed=2)
     report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
-    assert report.parity.max_abs_diff < 1e-4 and report.parity.batches == 3
+    assert [graph.triton_name for graph in report.graphs] == [description.triton_name(g.role) for g in description.graphs]
+    assert all(graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3 for graph in report.graphs)
 
 
 def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path) -> None:
     report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
-    assert report.parity.max_abs_diff < 1e-4
+    assert report.graphs[0].parity.max_abs_diff < 1e-4
     assert sorted(p.name for p in (tmp_path / "esm2nv" / "3").iterdir()) == ["model.onnx", "model.py"]
-    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, {"hidden_size": 32})
+    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32})
 
 
 def test_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
     with pytest.raises(ParityError, match="was not written"):
         export_model(ESM2, tiny_checkpoint, tmp_path, tolerance=0.0)
-    assert list((tmp_path / "esm2nv").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_gate_catches_a_graph_that_differs_from_the_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    module = load_for_export(ESM2, tiny_checkpoint)
-    export_onnx(module, ESM2, tmp_path / "model.onnx")
+    graphs = load_for_export(ESM2, tiny_checkpoint).graphs
+    module, graph = graphs[GraphRole.ENCODER], ESM2.graphs[0]
+    export_onnx(module, graph, trace_inputs(ESM2, GraphRole.ENCODER, graphs), tmp_path / "model.onnx")
     torch.manual_seed(0)
     with torch.no_grad():  # the ONNX graph now holds weights the checkpoint no longer has
         weight = module.encoder.encoder.layer[0].output.dense.weight
         weight.add_(torch.randn_like(weight) * 1e-2)
+    batches = verification_inputs(ESM2, GraphRole.ENCODER, graphs, seed=0)
     with pytest.raises(ParityError):
-        check_parity(module, tmp_path / "model.onnx", ESM2)
+        check_parity(module, tmp_path / "model.onnx", graph, batches, "esm2nv")
 
 
 def test_unreadable_checkpoint_names_the_file(tmp_path: Path) -> None:

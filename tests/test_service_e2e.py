@@ -8,13 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 import requests
+from transformers import AutoConfig
 
 from conftest import RunningService
-from model_catalog import MODELS, Capability
+from model_catalog import MODELS, TokenizerKind
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
-from reference import TransformersReference
+from reference import CHECKPOINTS, TransformersReference
 
-PROTEIN_MODELS = [name for name, d in MODELS.items() if Capability.HIDDEN in d.capabilities]
+PROTEIN_MODELS = [name for name, d in MODELS.items() if d.tokenizer is not TokenizerKind.SMILES]
 TOLERANCE = 1e-4
 
 
@@ -25,7 +26,7 @@ def random_sequences(count: int, seed: int, longest: int = 400) -> list[str]:
 
 def mixed_sequences(model: str) -> list[str]:
     """Lengths from 1 to the model's limit, lower case and rare residues, all in one request."""
-    limit = MODELS[model].max_residues
+    limit = MODELS[model].max_length
     return ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * limit, "XBUZOWC"]
 
 
@@ -114,10 +115,10 @@ def test_models_lists_every_served_model(service: RunningService) -> None:
         assert set(listed) == set(MODELS)
     for name, info in listed.items():
         description = MODELS[name]
-        assert info["version"] == 1 and info["max_length"] == description.max_residues
+        assert info["version"] == 1 and info["max_length"] == description.max_length
         assert info["capabilities"] == sorted(c.value for c in description.capabilities)
         assert info["tokenizer"] == description.tokenizer.value
-        assert info["hidden_size"] == TransformersReference(name).model.config.hidden_size
+        assert info["hidden_size"] == AutoConfig.from_pretrained(CHECKPOINTS / name).hidden_size
 
 
 def test_openapi_documents_every_endpoint(service: RunningService) -> None:
