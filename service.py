@@ -11,8 +11,19 @@ import bentoml
 import numpy as np
 
 from serving.encoding import EncoderEngine
-from serving.http_io import JSONOutput, NdarrayOutput, NoInput, ValidatedJSON, endpoint
-from serving.protocol import EmbedRequest, EmbedResponse, HiddenRequest, HiddenResponse, ModelsResponse
+from serving.generation import MoleculeGenerator
+from serving.http_io import JSONOutput, NdarrayOutput, NoInput, ValidatedJSON, ValidatedNdarray, endpoint
+from serving.protocol import (
+    DecodeRequest,
+    DecodeResponse,
+    EmbedRequest,
+    EmbedResponse,
+    GenerateRequest,
+    GenerateResponse,
+    HiddenRequest,
+    HiddenResponse,
+    ModelsResponse,
+)
 from serving.settings import SETTINGS
 from serving.triton_models import discover_models
 
@@ -25,6 +36,7 @@ triton = bentoml.triton.Runner(
 )
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
 engine = EncoderEngine(triton, discover_models(SETTINGS.model_repository))
+generator = MoleculeGenerator(engine)
 
 
 @endpoint(svc, "/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
@@ -49,6 +61,29 @@ async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
 async def hidden(request: HiddenRequest) -> HiddenResponse:
     """Final hidden states of every token, with the mask of real tokens."""
     return await engine.hidden(request)
+
+
+@endpoint(svc, "/decode", ValidatedJSON(pydantic_model=DecodeRequest), JSONOutput(pydantic_model=DecodeResponse))
+async def decode(request: DecodeRequest) -> DecodeResponse:
+    """Greedy decoding of encoder hidden states (e.g. from /hidden) back to SMILES."""
+    return await generator.decode(request)
+
+
+@endpoint(
+    svc,
+    "/decode/ndarray",
+    ValidatedNdarray(dtype=np.float32, shape=(-1, -1, -1)),
+    JSONOutput(pydantic_model=DecodeResponse),
+)
+async def decode_ndarray(hidden_states: np.ndarray) -> DecodeResponse:
+    """Greedy decoding of a [batch, length, dim] float32 array with megamolbart; all-zero vectors are padding."""
+    return await generator.decode_array(hidden_states)
+
+
+@endpoint(svc, "/generate", ValidatedJSON(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
+async def generate(request: GenerateRequest) -> GenerateResponse:
+    """New molecules around each seed: its latent perturbed by Gaussian noise, then decoded."""
+    return await generator.generate(request)
 
 
 @endpoint(svc, "/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))

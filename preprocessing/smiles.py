@@ -90,11 +90,11 @@ class SmilesTokenizer:
         return pad_batch(encoded, self.pad_id, 0, 0, width)
 
     def decode(self, ids: np.ndarray) -> str:
-        """SMILES text of decoder output: the tokens after the begin token, up to the end token."""
-        text = []
-        for token_id in ids.tolist():
-            if token_id == self.end_id:
-                break
-            if token_id not in (self.begin_id, self.pad_id):
-                text.append(self.tokens[token_id])
-        return "".join(text)
+        """SMILES text of a decoded row: the tokens after the leading begin token, up to the end token.
+
+        Every generated token is kept, special ones too, so that what the model produced is what the client sees.
+        """
+        tokens = ids.tolist()[1:] if len(ids) and ids[0] == self.begin_id else ids.tolist()
+        if self.end_id in tokens:
+            tokens = tokens[: tokens.index(self.end_id)]
+        return "".join(self.tokens[token] for token in tokens)

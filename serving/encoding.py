@@ -94,15 +94,18 @@ class EncoderEngine:
             mask=encoded.attention_mask.tolist(),
         )
 
-    async def encode(self, model: ServedModel, sequences: list[str]) -> Encoded:
-        """Tokenize every sequence (all problems reported at once) and run the encoder on length-sorted chunks."""
+    async def encode(self, model: ServedModel, sequences: list[str], field: str = "sequences") -> Encoded:
+        """Tokenize every input (all problems reported at once, under `field`) and run the encoder.
+
+        The encoder runs on length-sorted chunks, concurrently.
+        """
         tokenizer = self.tokenizers[model.name]
         encoded, problems = [], []
         for index, sequence in enumerate(sequences):
             try:
                 encoded.append(tokenizer.encode(sequence, index))
             except SequenceError as error:
-                problems.append(FieldProblem(f"sequences[{error.index}]", error.message))
+                problems.append(FieldProblem(f"{field}[{error.index}]", error.message))
         if problems:
             raise InvalidRequest(problems)
         # Sorting by length before cutting Triton-sized chunks keeps padding small.
@@ -121,7 +124,19 @@ class EncoderEngine:
         return Encoded(hidden_states, batch.attention_mask, batch.residue_mask)
 
     async def infer(self, graph: TritonGraph, arrays: dict[str, np.ndarray]) -> np.ndarray:
-        """Run one Triton model and return its single output; Triton unreachable or not ready is a 503."""
+        """Run one Triton model and return its single output; Triton unreachable or not ready is a 503.
+
+        A batch larger than the model's max_batch_size goes as several concurrent calls.
+        """
+        rows = len(next(iter(arrays.values())))
+        if rows > graph.max_batch_size:
+            parts = await asyncio.gather(
+                *(
+                    self.infer(graph, {name: array[start : start + graph.max_batch_size] for name, array in arrays.items()})
+                    for start in range(0, rows, graph.max_batch_size)
+                )
+            )
+            return np.concatenate(parts)
         try:
             result = await getattr(self.runner, graph.name).async_run(*graph.infer_inputs(arrays))
         except (InferenceServerException, aiohttp.ClientError, ConnectionError) as error:

@@ -10,9 +10,11 @@ render it as its status code and error body, whatever the success type.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, Awaitable, Callable, TypeVar
 
 import bentoml
+import numpy as np
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -45,17 +47,44 @@ def _validation_error(error: ValidationError) -> ServiceError:
     return InvalidRequest([FieldProblem(field_path(tuple(item["loc"])), item["msg"]) for item in error.errors()])
 
 
+def _media_type_error(request: Request) -> ServiceError | None:
+    media_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        return UnsupportedMediaType.at("content-type", f"{media_type!r} is not accepted; send application/json")
+    return None
+
+
 class ValidatedJSON(bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
     async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
-        media_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if media_type != "application/json":
-            return UnsupportedMediaType.at("content-type", f"{media_type!r} is not accepted; send application/json")
+        if error := _media_type_error(request):
+            return error
         try:
             return self._pydantic_model.model_validate_json(await request.body())
         except ValidationError as error:
             return _validation_error(error)
+
+
+class ValidatedNdarray(bentoml.io.NumpyNdarray):
+    """A JSON array of numbers, rectangular, finite and of the declared rank; or the `ServiceError` saying why not."""
+
+    async def from_http_request(self, request: Request) -> np.ndarray | ServiceError:
+        if error := _media_type_error(request):
+            return error
+        try:
+            values = json.loads(await request.body())
+        except ValueError as error:
+            return MalformedBody.at("body", f"not valid JSON: {error}")
+        try:
+            array = np.asarray(values, dtype=self._dtype)
+        except (ValueError, TypeError):
+            return InvalidRequest.at("body", "not a rectangular array of numbers (rows of different lengths?)")
+        if self._shape is not None and array.ndim != len(self._shape):
+            return InvalidRequest.at("body", f"has {array.ndim} dimensions; expected {len(self._shape)}")
+        if not np.isfinite(array).all():
+            return InvalidRequest.at("body", "contains NaN or infinite values")
+        return array
 
 
 class NoInput(bentoml.io.JSON):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from typing import Annotated, Literal
+
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from model_catalog import DEFAULT_MODEL
@@ -13,7 +15,7 @@ from serving.settings import SETTINGS
 class _Strict(BaseModel):
     """Unknown fields are an error: nothing a client sends is silently ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Pooling(str, enum.Enum):
@@ -90,3 +92,69 @@ class ErrorResponse(BaseModel):
     """The body of every 4xx and 5xx answer."""
 
     error: ErrorInfo
+
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+MEGAMOLBART = "megamolbart"
+DEFAULT_MAX_DECODE_LENGTH = 128
+
+
+class DecodeRequest(_Strict):
+    model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can decode.")
+    hiddens: list[list[list[FiniteFloat]]] = Field(
+        min_length=1,
+        max_length=SETTINGS.max_sequences_per_request,
+        description="[batch, length, dim] encoder hidden states, e.g. from /hidden.",
+    )
+    mask: list[list[Literal[0, 1]]] = Field(description="[batch, length]: 1 at real tokens, 0 at padding.")
+    max_length: int = Field(default=DEFAULT_MAX_DECODE_LENGTH, ge=1, le=510, description="Most tokens to decode per molecule.")
+
+
+class DecodeResponse(BaseModel):
+    model: str
+    smiles: list[str] = Field(description="The greedy decoding of each latent, in input order.")
+
+
+class DecodingMethod(str, enum.Enum):
+    GREEDY = "greedy"
+    TOPKP = "topkp"
+    BEAM = "beam"
+
+
+class GenerateRequest(_Strict):
+    model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can generate.")
+    smiles: list[StrictStr] = Field(
+        min_length=1,
+        max_length=SETTINGS.max_sequences_per_request,
+        description="Seed molecules; each must parse with RDKit.",
+        examples=[["CC(=O)Nc1ccc(O)cc1"]],
+    )
+    num_samples: int = Field(default=10, ge=1, le=64, description="Molecules to generate per seed.")
+    scaled_radius: FiniteFloat = Field(
+        default=1.0, ge=0.0, description="Standard deviation of the Gaussian noise added to each seed's latent."
+    )
+    method: DecodingMethod = DecodingMethod.GREEDY
+    temperature: FiniteFloat = Field(default=1.0, gt=0.0, description="topkp: softmax temperature.")
+    top_k: int = Field(default=0, ge=0, description="topkp: keep the k most likely tokens (0: all).")
+    top_p: FiniteFloat = Field(default=1.0, gt=0.0, le=1.0, description="topkp: keep the top-p nucleus (1.0: all).")
+    beam_size: int = Field(default=5, ge=1, le=16, description="beam: hypotheses kept per sample.")
+    seed: int | None = Field(default=None, ge=0, description="Makes the answer reproducible; echoed back.")
+    max_length: int = Field(default=DEFAULT_MAX_DECODE_LENGTH, ge=1, le=510, description="Most tokens to decode per molecule.")
+
+
+class Molecule(BaseModel):
+    smiles: str
+    valid: bool = Field(description="RDKit parses it.")
+    canonical: str | None = Field(description="RDKit's canonical SMILES, when valid.")
+    tanimoto: float | None = Field(description="Morgan-fingerprint Tanimoto similarity to the seed, when valid.")
+
+
+class GenerateResult(BaseModel):
+    seed_smiles: str
+    samples: list[Molecule]
+
+
+class GenerateResponse(BaseModel):
+    model: str
+    seed: int = Field(description="The random seed used; send it back to get the same answer.")
+    results: list[GenerateResult] = Field(description="One result per seed molecule, in input order.")

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, EsmModel, T5EncoderModel
+from transformers import AutoTokenizer, EsmModel, MBartForConditionalGeneration, T5EncoderModel
+from transformers.modeling_outputs import BaseModelOutput
 
 from model_catalog import MODELS, Architecture
+from preprocessing.smiles import SmilesTokenizer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -23,9 +25,28 @@ class TransformersReference:
 
     @cached_property
     def model(self) -> torch.nn.Module:
+        """The encoder (for MegaMolBART, the encoder of the whole seq2seq model in `seq2seq`)."""
         if self.architecture is Architecture.T5_ENCODER:
             return T5EncoderModel.from_pretrained(self.folder).eval()
+        if self.architecture is Architecture.MBART:
+            return self.seq2seq.get_encoder()
         return EsmModel.from_pretrained(self.folder, add_pooling_layer=False).eval()
+
+    @cached_property
+    def seq2seq(self) -> MBartForConditionalGeneration:
+        return MBartForConditionalGeneration.from_pretrained(self.folder).eval()
+
+    def greedy(self, hiddens: np.ndarray, mask: np.ndarray, max_new_tokens: int) -> list[list[int]]:
+        """transformers' own greedy `generate` from given encoder states."""
+        with torch.inference_mode():
+            output = self.seq2seq.generate(
+                encoder_outputs=BaseModelOutput(last_hidden_state=torch.from_numpy(hiddens)),
+                attention_mask=torch.from_numpy(mask),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+            )
+        return output.tolist()
 
     @cached_property
     def tokenizer(self):  # noqa: ANN201 - a transformers tokenizer
@@ -33,16 +54,20 @@ class TransformersReference:
 
     @property
     def residues(self) -> slice:
-        """Residue positions among the tokens: ESM wraps them in <cls> ... <eos>, ProtT5 ends with </s>."""
-        return slice(0, -1) if self.architecture is Architecture.T5_ENCODER else slice(1, -1)
+        """Residue positions among the tokens: ESM wraps them in <cls> ... <eos>, ProtT5 ends with </s>,
+        MegaMolBART's encoder reads SMILES tokens alone."""
+        return {Architecture.T5_ENCODER: slice(0, -1), Architecture.MBART: slice(None)}.get(self.architecture, slice(1, -1))
 
     def hidden_states(self, sequence: str) -> np.ndarray:
         """[tokens, dim] final hidden states of one unpadded sequence."""
-        if self.architecture is Architecture.T5_ENCODER:
+        if self.architecture is Architecture.MBART:  # no transformers tokenizer exists for MegaMolBART
+            ids = torch.from_numpy(SmilesTokenizer(max_tokens=10**6).encode(sequence))[None]
+            tokens = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        elif self.architecture is Architecture.T5_ENCODER:
             text = " ".join("X" if residue in "UZOB" else residue for residue in sequence.upper())
+            tokens = self.tokenizer(text, return_tensors="pt")
         else:
-            text = sequence.upper()
-        tokens = self.tokenizer(text, return_tensors="pt")
+            tokens = self.tokenizer(sequence.upper(), return_tensors="pt")
         with torch.inference_mode():
             return self.model(**tokens).last_hidden_state[0].numpy()
 

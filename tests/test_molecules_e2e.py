@@ -1,0 +1,137 @@
+"""MegaMolBART end to end: embeddings, hidden states, greedy decoding against transformers, generation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+
+from conftest import RunningService
+from preprocessing.smiles import SmilesTokenizer, canonical_smiles, tanimoto_similarity
+from reference import TransformersReference
+
+SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "F/C=C/F", "[C@@H](Cl)(Br)I"]
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def reference() -> TransformersReference:
+    return TransformersReference("megamolbart")
+
+
+def post(service: RunningService, path: str, body: Any) -> requests.Response:
+    return requests.post(f"{service.url}{path}", json=body, timeout=300)
+
+
+def test_embed_and_hidden_match_transformers(service: RunningService, reference: TransformersReference) -> None:
+    embedded = post(service, "/embed", {"model": "megamolbart", "sequences": SMILES})
+    hidden = post(service, "/hidden", {"model": "megamolbart", "sequences": SMILES})
+    assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
+    hiddens, mask = np.asarray(hidden.json()["hiddens"]), np.asarray(hidden.json()["mask"])
+    for row, (smiles, vector) in enumerate(zip(SMILES, embedded.json()["embeddings"])):
+        expected = reference.hidden_states(smiles)
+        assert np.abs(np.asarray(vector) - expected.mean(axis=0)).max() < TOLERANCE
+        assert mask[row].sum() == len(expected)
+        assert np.abs(hiddens[row, : len(expected)] - expected).max() < TOLERANCE
+
+
+def greedy_reference(reference: TransformersReference, hiddens: np.ndarray, mask: np.ndarray, steps: int) -> list[str]:
+    """transformers' greedy token ids, written out as SMILES the way the service writes its own."""
+    detokenizer = SmilesTokenizer(max_tokens=510)
+    return [detokenizer.decode(np.asarray(ids)) for ids in reference.greedy(hiddens, mask, steps)]
+
+
+def test_decode_of_hidden_equals_transformers_generate(service: RunningService, reference: TransformersReference) -> None:
+    hidden = post(service, "/hidden", {"model": "megamolbart", "sequences": SMILES}).json()
+    decoded = post(service, "/decode", {"hiddens": hidden["hiddens"], "mask": hidden["mask"], "max_length": 24})
+    assert decoded.status_code == 200, decoded.text
+    hiddens, mask = np.asarray(hidden["hiddens"], dtype=np.float32), np.asarray(hidden["mask"])
+    assert decoded.json()["smiles"] == greedy_reference(reference, hiddens, mask, 24)
+
+
+def test_decode_follows_transformers_token_for_token(service: RunningService, reference: TransformersReference) -> None:
+    """Latents far from the untrained model's comfort zone, so that each step picks a different token."""
+    rng = np.random.default_rng(0)
+    hiddens = (rng.standard_normal((4, 9, 256)) * 100).astype(np.float32)
+    mask = np.ones((4, 9), dtype=np.int64)
+    mask[1, 5:] = mask[3, 2:] = 0
+    hiddens[mask == 0] = 0
+    expected = greedy_reference(reference, hiddens, mask, 16)
+    assert len(set(expected)) == 4 and all(len(s) > 8 for s in expected)  # the comparison has teeth
+    answer = post(service, "/decode", {"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 16})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["smiles"] == expected
+    as_array = post(service, "/decode/ndarray", hiddens.tolist())  # all-zero vectors are padding there
+    assert as_array.status_code == 200, as_array.text
+    assert as_array.json()["smiles"] == greedy_reference(reference, hiddens, mask, 128)
+
+
+@pytest.mark.parametrize("method", ["greedy", "topkp", "beam"])
+def test_generate_is_reproducible_and_reports_validity(service: RunningService, method: str) -> None:
+    body = {"smiles": SMILES[:2], "num_samples": 3, "seed": 7, "method": method, "max_length": 12,
+            "top_k": 10, "top_p": 0.9, "beam_size": 2, "scaled_radius": 0.5}  # fmt: skip
+    first, second = post(service, "/generate", body), post(service, "/generate", body)
+    assert first.status_code == 200, first.text
+    assert first.json() == second.json() and first.json()["seed"] == 7
+    results = first.json()["results"]
+    assert [result["seed_smiles"] for result in results] == SMILES[:2]
+    for result in results:
+        assert len(result["samples"]) == 3
+        for sample in result["samples"]:
+            assert sample["valid"] == (canonical_smiles(sample["smiles"]) is not None)
+            assert sample["canonical"] == canonical_smiles(sample["smiles"])
+            if sample["valid"]:
+                assert sample["tanimoto"] == pytest.approx(tanimoto_similarity(sample["smiles"], result["seed_smiles"]))
+
+
+def test_generate_without_seed_reports_the_one_it_used(service: RunningService) -> None:
+    body = {"smiles": ["CCO"], "num_samples": 2, "method": "topkp", "max_length": 8}
+    first = post(service, "/generate", body).json()
+    again = post(service, "/generate", {**body, "seed": first["seed"]}).json()
+    assert again == first
+
+
+BAD = [
+    ("/generate", {"smiles": ["CCO", "C1CC"]}, "smiles[1]", "not a valid SMILES"),
+    ("/generate", {"smiles": ["CCO", ""]}, "smiles[1]", "SMILES is empty"),
+    ("/generate", {"smiles": ["CCO"], "method": "nucleus"}, "method", "'greedy', 'topkp' or 'beam'"),
+    ("/generate", {"smiles": ["CCO"], "num_samples": 0}, "num_samples", "greater than or equal to 1"),
+    ("/generate", {"smiles": ["CCO"], "temperature": 0}, "temperature", "greater than 0"),
+    ("/generate", {"smiles": ["CCO"], "model": "esm2nv"}, "model", "models that can: megamolbart"),
+    ("/embed", {"sequences": ["CCO", "C(("], "model": "megamolbart"}, "sequences[1]", "not a valid SMILES"),
+    ("/decode", {"model": "esm2nv", "hiddens": [[[0.5]]], "mask": [[1]]}, "model", "models that can: megamolbart"),
+    ("/decode", {"hiddens": [[[0.5] * 256]], "mask": [[1, 0]]}, "mask[0]", "hiddens rows have 1"),
+    ("/decode", {"hiddens": [[[0.5] * 256]], "mask": [[0]]}, "mask[0]", "marks no position"),
+    ("/decode", {"hiddens": [[[0.5] * 3]], "mask": [[1]]}, "hiddens[0]", "needs 256 values"),
+    ("/decode", {"hiddens": [[[0.5] * 256], [[0.5] * 256] * 2], "mask": [[1], [1, 1]]}, "hiddens[0]", "every row needs 2"),
+    ("/decode", {"hiddens": [[[0.5] * 256]], "mask": [[1], [1]]}, "mask", "has 2 rows"),
+    ("/decode", {"hiddens": [[[0.5] * 256]], "mask": [[2]]}, "mask[0][0]", "Input should be 0 or 1"),
+    ("/decode/ndarray", [[[0.5] * 256], [[0.5] * 256] * 2], "body", "not a rectangular array"),
+    ("/decode/ndarray", [[0.5] * 256], "body", "has 2 dimensions; expected 3"),
+    ("/decode/ndarray", [[[0.5] * 3]], "body", "needs 256"),
+    ("/decode/ndarray", [[[0.0] * 256]], "body[0]", "all zeros"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field", "message"), BAD, ids=[f"{p}-{f}" for p, _, f, _ in BAD])
+def test_bad_molecule_input_is_a_422_naming_the_field(
+    service: RunningService, path: str, body: Any, field: str, message: str
+) -> None:
+    response = post(service, path, body)
+    assert response.status_code == 422, response.text
+    assert any(d["field"] == field and message in d["message"] for d in response.json()["error"]["details"]), response.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/decode", b'{"hiddens": [[[NaN, 0.5]]], "mask": [[1]]}', "finite number"),
+        ("/decode/ndarray", b"[[[Infinity, 0.5]]]", "NaN or infinite"),
+    ],
+)
+def test_non_finite_hidden_states_are_rejected(service: RunningService, path: str, body: bytes, message: str) -> None:
+    response = requests.post(f"{service.url}{path}", data=body, headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == 422, response.text
+    assert message in response.text
