@@ -87,29 +87,6 @@ class GraphSpec:
         return only
 
 
-@dataclass(frozen=True)
-class ModelDescription:
-    """Name, architecture, tokenizer, limits, capabilities and Triton graphs of one model."""
-
-    name: str
-    architecture: Architecture
-    tokenizer: TokenizerKind
-    max_length: int
-    """Most residues (proteins) or SMILES tokens one input may have."""
-    capabilities: frozenset[Capability]
-    graphs: tuple[GraphSpec, ...]
-    default_checkpoint_config: dict[str, Any]
-    batching: BatchingPolicy = field(default_factory=BatchingPolicy)
-    summary: str = ""
-
-    def graph(self, role: GraphRole) -> GraphSpec:
-        return next(graph for graph in self.graphs if graph.role is role)
-
-    def triton_name(self, role: GraphRole) -> str:
-        """A single-graph model is served under its own name; others as `<name>_<role>`."""
-        return self.name if len(self.graphs) == 1 else f"{self.name}_{role.value}"
-
-
 TOKEN_INPUTS = (
     TensorSpec("input_ids", "TYPE_INT64", (-1,), "token ids: special tokens around one token per residue, then padding"),
     TensorSpec("attention_mask", "TYPE_INT64", (-1,), "1 for real tokens (special tokens included), 0 for padding"),
@@ -130,6 +107,31 @@ DECODER_STEP = GraphSpec(
 )
 PROTEIN_CAPABILITIES = frozenset({Capability.EMBED, Capability.HIDDEN})
 
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """Name, architecture, tokenizer, limits, capabilities and Triton graphs of one model."""
+
+    name: str
+    architecture: Architecture
+    tokenizer: TokenizerKind
+    max_length: int
+    """Most residues (proteins) or SMILES tokens one input may have."""
+    default_checkpoint_config: dict[str, Any]
+    """The sizes of the small random-init default checkpoint."""
+    capabilities: frozenset[Capability] = PROTEIN_CAPABILITIES
+    graphs: tuple[GraphSpec, ...] = (ENCODER,)
+    batching: BatchingPolicy = field(default_factory=BatchingPolicy)
+    summary: str = ""
+
+    def graph(self, role: GraphRole) -> GraphSpec:
+        return next(graph for graph in self.graphs if graph.role is role)
+
+    def triton_name(self, role: GraphRole) -> str:
+        """A single-graph model is served under its own name; others as `<name>_<role>`."""
+        return self.name if len(self.graphs) == 1 else f"{self.name}_{role.value}"
+
+
 MODELS: dict[str, ModelDescription] = {
     description.name: description
     for description in (
@@ -138,8 +140,6 @@ MODELS: dict[str, ModelDescription] = {
             architecture=Architecture.ESM1,
             tokenizer=TokenizerKind.ESM,
             max_length=512,
-            capabilities=PROTEIN_CAPABILITIES,
-            graphs=(ENCODER,),
             # ESM-1 layers (learned absolute positions) at a small width.
             default_checkpoint_config={
                 "hidden_size": 256,
@@ -154,8 +154,6 @@ MODELS: dict[str, ModelDescription] = {
             architecture=Architecture.ESM2,
             tokenizer=TokenizerKind.ESM,
             max_length=1022,
-            capabilities=PROTEIN_CAPABILITIES,
-            graphs=(ENCODER,),
             # The shape of facebook/esm2_t6_8M_UR50D: the real ESM-2 layer stack
             # (rotary positions, pre-LayerNorm, token dropout) at its smallest size.
             default_checkpoint_config={
@@ -171,8 +169,6 @@ MODELS: dict[str, ModelDescription] = {
             architecture=Architecture.T5_ENCODER,
             tokenizer=TokenizerKind.PROTT5,
             max_length=512,
-            capabilities=PROTEIN_CAPABILITIES,
-            graphs=(ENCODER,),
             # ProtT5-XL's encoder layout (relative attention buckets, ReLU
             # feed-forward, no biases) at a small width.
             default_checkpoint_config={
