@@ -7,7 +7,9 @@ batcher can merge the steps of concurrent requests.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -59,7 +61,7 @@ class MoleculeGenerator:
         return await self._decode_latents(model, Latents(hidden_states, mask), DEFAULT_MAX_DECODE_LENGTH)
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> DecodeResponse:
-        ids = await self._greedy(model, latents, max_length, sample=None)
+        ids = await self._token_by_token(model, latents, max_length, greedy)
         tokenizer = self._tokenizer(model)
         return DecodeResponse(model=model.name, smiles=[tokenizer.decode(row) for row in ids])
 
@@ -75,9 +77,13 @@ class MoleculeGenerator:
         latents = Latents((states + noise) * mask[:, :, None], mask)
         if request.method is DecodingMethod.BEAM:
             ids = await self._beam(model, latents, request.max_length, request.beam_size)
+        elif request.method is DecodingMethod.TOPKP:
+            choose = functools.partial(
+                sample_top_k_top_p, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p, rng=rng
+            )
+            ids = await self._token_by_token(model, latents, request.max_length, choose)
         else:
-            sample = None if request.method is DecodingMethod.GREEDY else (request, rng)
-            ids = await self._greedy(model, latents, request.max_length, sample)
+            ids = await self._token_by_token(model, latents, request.max_length, greedy)
         tokenizer = self._tokenizer(model)
         generated = [tokenizer.decode(row) for row in ids]
         results = []
@@ -96,22 +102,17 @@ class MoleculeGenerator:
         arrays = {"decoder_ids": ids, "encoder_hidden_states": latents.hidden_states[rows], "encoder_mask": latents.mask[rows]}
         return await self.engine.infer(decoder, arrays)
 
-    async def _greedy(
-        self, model: ServedModel, latents: Latents, max_length: int, sample: tuple[GenerateRequest, np.random.Generator] | None
+    async def _token_by_token(
+        self, model: ServedModel, latents: Latents, max_length: int, choose: Callable[[np.ndarray], np.ndarray]
     ) -> list[np.ndarray]:
-        """Greedy decoding, or top-k/top-p sampling when `sample` holds the request and its generator."""
+        """Extend every row by `choose(logits)` (greedy, or a sampler) until it ends or reaches `max_length`."""
         tokenizer = self._tokenizer(model)
         decoder = model.graph(GraphRole.DECODER_STEP)
         rows = len(latents.mask)
         ids = np.full((rows, 1), tokenizer.begin_id, dtype=np.int64)
         live = np.arange(rows)
         for _ in range(max_length):
-            logits = await self._step(decoder, ids[live], latents, live)
-            if sample is None:
-                chosen = greedy(logits)
-            else:
-                request, rng = sample
-                chosen = sample_top_k_top_p(logits, request.temperature, request.top_k, request.top_p, rng)
+            chosen = choose(await self._step(decoder, ids[live], latents, live))
             step = np.full(rows, tokenizer.pad_id, dtype=np.int64)
             step[live] = chosen
             ids = np.concatenate((ids, step[:, None]), axis=1)
@@ -142,18 +143,18 @@ class MoleculeGenerator:
 
 def _latents_from_request(request: DecodeRequest, hidden_size: int) -> Latents:
     """Validate shapes the schema cannot express: [batch, length, hidden_size] and a matching mask."""
-    lengths = {len(row) for row in request.hiddens}
+    width = max(len(row) for row in request.hiddens)
     problems = []
     if len(request.mask) != len(request.hiddens):
         problems.append(FieldProblem("mask", f"has {len(request.mask)} rows; hiddens has {len(request.hiddens)}"))
     for index, row in enumerate(request.hiddens):
-        if len(row) != max(lengths) or not row:
-            problems.append(FieldProblem(f"hiddens[{index}]", f"has {len(row)} positions; every row needs {max(lengths)}"))
+        if not row or len(row) != width:
+            problems.append(FieldProblem(f"hiddens[{index}]", f"has {len(row)} positions; every row needs {width}"))
         elif any(len(vector) != hidden_size for vector in row):
             problems.append(FieldProblem(f"hiddens[{index}]", f"every vector needs {hidden_size} values (the model's hidden size)"))
     for index, row in enumerate(request.mask[: len(request.hiddens)]):
-        if len(row) != max(lengths):
-            problems.append(FieldProblem(f"mask[{index}]", f"has {len(row)} positions; hiddens rows have {max(lengths)}"))
+        if len(row) != width:
+            problems.append(FieldProblem(f"mask[{index}]", f"has {len(row)} positions; hiddens rows have {width}"))
         elif not any(row):
             problems.append(FieldProblem(f"mask[{index}]", "marks no position as real"))
     if problems:

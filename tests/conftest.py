@@ -14,10 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from model_catalog import MODELS
+from reference import CHECKPOINTS
 from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CHECKPOINTS = ROOT / "checkpoints"
 DEFAULT_REPOSITORY = ROOT / "model_repository"
 STARTUP_TIMEOUT_S = 180
 
@@ -49,16 +50,11 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
 
 
 @pytest.fixture(scope="session")
-def default_checkpoint() -> Path:
-    folder = DEFAULT_CHECKPOINTS / "esm2nv"
-    if not (folder / "config.json").is_file():
-        pytest.fail(f"{folder} is missing: run `make models` (make test does) first")
-    return folder
-
-
-@pytest.fixture(scope="session")
-def service(default_checkpoint: Path) -> Iterator[RunningService]:
+def service() -> Iterator[RunningService]:
     """`bentoml serve service:svc --production` on a free loopback port; stopped by its PID afterwards."""
+    missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
+    if missing:
+        pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
     port = free_loopback_port()
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env["BIONEMO_MODEL_REPOSITORY"] = str(DEFAULT_REPOSITORY)
