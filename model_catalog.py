@@ -62,6 +62,22 @@ class TensorSpec:
     doc: str
 
 
+class Target(str, enum.Enum):
+    """Where Triton runs the exported ONNX graphs; each target has its own generated config.
+
+    `cpu` is each model's default `config.pbtxt` (the python backend running
+    onnxruntime, the only backend of the tritonserver that runs here); the
+    others are `configs/<value>.pbtxt` beside it, chosen with tritonserver's
+    `--model-config-name`.
+    """
+
+    CPU = "cpu"
+    GPU = "gpu"
+    """Triton's native onnxruntime backend on KIND_GPU instances."""
+    GPU_TENSORRT = "gpu-tensorrt"
+    """As `gpu`, with onnxruntime's TensorRT execution accelerator at FP16."""
+
+
 @dataclass(frozen=True)
 class BatchingPolicy:
     """Triton's batching knobs for one model (see `config.pbtxt` `dynamic_batching`)."""

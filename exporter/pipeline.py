@@ -11,9 +11,9 @@ from pathlib import Path
 from exporter.architectures import load_for_export
 from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
-from exporter.triton_config import ONNX_FILE, render_config
+from exporter.triton_config import ONNX_FILE, config_path, render_config
 from exporter.verify import DEFAULT_TOLERANCE, ParityReport, check_parity
-from model_catalog import ModelDescription
+from model_catalog import ModelDescription, Target
 
 BACKEND_SOURCE = Path(__file__).parent / "triton_backend" / "model.py"
 
@@ -68,16 +68,21 @@ def export_model(
             batches = verification_inputs(description, graph.role, loaded.graphs, seed=0)
             parity = check_parity(module, version_dir / ONNX_FILE, graph, batches, name, tolerance)
             shutil.copy(BACKEND_SOURCE, version_dir / "model.py")
-            (version_dir.parent / "config.pbtxt").write_text(render_config(description, graph, loaded.sizes))
+            for target in Target:
+                config_file = version_dir.parent / config_path(target)
+                config_file.parent.mkdir(exist_ok=True)
+                config_file.write_text(render_config(description, graph, loaded.sizes, target))
             staged[name] = (version_dir, parity)
         reports = []
         for name, (staged_version, parity) in staged.items():
             model_dir = repository / name
             model_dir.mkdir(exist_ok=True)
-            target = model_dir / str(version)
-            shutil.rmtree(target, ignore_errors=True)
+            published = model_dir / str(version)
+            shutil.rmtree(published, ignore_errors=True)
             staged_version.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
-            staged_version.rename(target)
-            shutil.move(str(staged_version.parent / "config.pbtxt"), model_dir / "config.pbtxt")
-            reports.append(GraphReport(name, target, (target / ONNX_FILE).stat().st_size, parity))
+            staged_version.rename(published)
+            for target in Target:
+                (model_dir / config_path(target)).parent.mkdir(exist_ok=True)
+                shutil.move(str(staged_version.parent / config_path(target)), model_dir / config_path(target))
+            reports.append(GraphReport(name, published, (published / ONNX_FILE).stat().st_size, parity))
     return ExportReport(model=description.name, graphs=reports, seconds=time.perf_counter() - started)

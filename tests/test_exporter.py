@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,9 +17,9 @@ from exporter import export_model
 from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
 from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
-from exporter.triton_config import render_config
+from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, check_parity
-from model_catalog import MODELS, GraphRole
+from model_catalog import MODELS, GraphRole, Target
 from reference import CHECKPOINTS
 
 ESM2 = MODELS["esm2nv"]
@@ -36,15 +37,30 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
     assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
 
 
+@pytest.mark.parametrize("target", [Target.GPU, Target.GPU_TENSORRT])
+def test_gpu_configs_run_the_same_onnx_file_in_the_native_backend(target: Target) -> None:
+    cpu = build_config(ESM2, ESM2.graphs[0], {"hidden_size": 320})
+    config = text_format.Parse(render_config(ESM2, ESM2.graphs[0], {"hidden_size": 320}, target), model_config_pb2.ModelConfig())
+    assert (config.backend, config.default_model_filename) == ("onnxruntime", "model.onnx")
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+    assert not config.parameters
+    assert (config.input, config.output, config.dynamic_batching) == (cpu.input, cpu.output, cpu.dynamic_batching)
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    if target is Target.GPU_TENSORRT:
+        assert [(a.name, dict(a.parameters)) for a in accelerators] == [("tensorrt", {"precision_mode": "FP16"})]
+    else:
+        assert not accelerators
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     description = MODELS[name]
     repository = Path(__file__).resolve().parent.parent / "model_repository"
     checkpoint = AutoConfig.from_pretrained(CHECKPOINTS / name)
     sizes = {"hidden_size": checkpoint.hidden_size, "vocab_size": checkpoint.vocab_size}
-    for graph in description.graphs:
-        text = (repository / description.triton_name(graph.role) / "config.pbtxt").read_text()
-        assert text == render_config(description, graph, sizes)
+    for graph, target in itertools.product(description.graphs, Target):
+        text = (repository / description.triton_name(graph.role) / config_path(target)).read_text()
+        assert text == render_config(description, graph, sizes, target)
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
         assert config.name == description.triton_name(graph.role)
         assert [t.name for t in config.input] == [spec.name for spec in graph.inputs]
