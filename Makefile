@@ -2,7 +2,6 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PORT ?= 3000
 INSTALLED := $(VENV)/.installed
 TRITON_READY := $(VENV)/.tritonserver-checked
 MODELS_READY := model_repository/.exported
@@ -35,7 +34,7 @@ $(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
 	touch $@
 
 serve: install models
-	$(BIN)/bentoml serve service:svc --production --host 127.0.0.1 --port $(PORT)
+	$(BIN)/python -m serving.launch service:svc
 
 test: install models
 	$(BIN)/python -m pytest

@@ -1,8 +1,8 @@
 """BentoML front of the BioNeMo Triton models: validate, tokenize, call Triton, post-process.
 
 Routes only; the logic lives in `serving/`, the tokenizers in `preprocessing/`.
-Run with `make serve`, or `bentoml serve service:svc --production` with
-`tritonserver` on PATH.
+Run with `make serve`, or `python -m serving.launch service:svc` with
+`tritonserver` on PATH; the settings (serving/settings.py) come from the environment.
 """
 
 from __future__ import annotations
@@ -24,18 +24,20 @@ from serving.protocol import (
     HiddenResponse,
     ModelsResponse,
 )
-from serving.settings import SETTINGS
-from serving.triton_models import discover_models
+from serving.settings import current_settings
 
+settings = current_settings()
 triton = bentoml.triton.Runner(
     "triton",
-    model_repository=str(SETTINGS.model_repository),
-    # http binds tritonserver to 127.0.0.1 (grpc would bind 0.0.0.0); metrics stay off.
+    model_repository=settings.model_repository,
+    # http binds tritonserver to 127.0.0.1 (grpc would bind 0.0.0.0).
     tritonserver_type="http",
-    cli_args=["--allow-metrics=false"],
+    cli_args=settings.triton_arguments(),
 )
+# The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
+triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
-engine = EncoderEngine(triton, discover_models(SETTINGS.model_repository))
+engine = EncoderEngine(triton)
 generator = MoleculeGenerator(engine)
 
 
@@ -89,4 +91,4 @@ async def generate(request: GenerateRequest) -> GenerateResponse:
 @endpoint(svc, "/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
 async def models(_: None) -> ModelsResponse:
     """The served models: version, capabilities, length limit, hidden size, tokenizer."""
-    return engine.catalog()
+    return await engine.catalog()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +12,7 @@ import aiohttp
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from model_catalog import Capability, GraphRole
+from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, Tokenizer, l2_normalize, mean_pool, tokenizer_for
 from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
 from serving.protocol import (
@@ -21,7 +23,29 @@ from serving.protocol import (
     ModelsResponse,
     Pooling,
 )
-from serving.triton_models import ServedModel, TritonGraph
+from serving.triton_models import ServedModel, TritonGraph, discover_models
+
+
+@contextmanager
+def triton_call(what: str) -> Iterator[None]:
+    """Triton unreachable, restarting or without the model: a 503 naming `what`."""
+    try:
+        yield
+    except (InferenceServerException, aiohttp.ClientError, ConnectionError) as error:
+        raise ModelUnavailable.at("model", f"{what} is not available right now: {error}") from None
+
+
+def select_model(served: dict[str, ServedModel], name: str, capability: Capability) -> ServedModel:
+    """The served model `name`, which must have `capability`; else a 422 naming the models that do."""
+    if name not in served:
+        raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(served))}")
+    model = served[name]
+    if capability not in model.description.capabilities:
+        able = sorted(n for n, m in served.items() if capability in m.description.capabilities)
+        raise CapabilityNotSupported.at(
+            "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
+        )
+    return model
 
 
 @dataclass(frozen=True)
@@ -36,26 +60,26 @@ class Encoded:
 class EncoderEngine:
     """Turns validated requests into Triton calls; one instance per API worker."""
 
-    def __init__(self, runner: Any, models: dict[str, ServedModel]) -> None:
+    def __init__(self, runner: Any) -> None:
         self.runner = runner
-        self.models = models
-        self.tokenizers: dict[str, Tokenizer] = {
-            name: tokenizer_for(model.description) for name, model in models.items()
-        }
+        self._served: dict[str, ServedModel] | None = None
+        self._discovery = asyncio.Lock()
+        self.tokenizers: dict[str, Tokenizer] = {name: tokenizer_for(description) for name, description in MODELS.items()}
 
-    def model(self, name: str, capability: Capability) -> ServedModel:
-        """The served model `name`, which must have `capability`; else a 422 naming the models that do."""
-        if name not in self.models:
-            raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(self.models))}")
-        model = self.models[name]
-        if capability not in model.description.capabilities:
-            able = sorted(n for n, m in self.models.items() if capability in m.description.capabilities)
-            raise CapabilityNotSupported.at(
-                "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
-            )
-        return model
+    async def served_models(self) -> dict[str, ServedModel]:
+        """The models Triton has loaded, asked once (on the first request) and then kept."""
+        if self._served is None:
+            async with self._discovery:
+                if self._served is None:
+                    with triton_call("the model repository"):
+                        self._served = await discover_models(self.runner)
+        return self._served
 
-    def catalog(self) -> ModelsResponse:
+    async def model(self, name: str, capability: Capability) -> ServedModel:
+        return select_model(await self.served_models(), name, capability)
+
+    async def catalog(self) -> ModelsResponse:
+        served = await self.served_models()
         return ModelsResponse(
             models=[
                 ModelInfo(
@@ -67,13 +91,13 @@ class EncoderEngine:
                     hidden_size=model.sizes["hidden_size"],
                     tokenizer=model.description.tokenizer.value,
                 )
-                for name, model in sorted(self.models.items())
+                for name, model in sorted(served.items())
             ]
         )
 
     async def embed(self, request: EmbedRequest) -> np.ndarray:
         """[batch, dim] float32 embeddings in input order."""
-        model = self.model(request.model, Capability.EMBED)
+        model = await self.model(request.model, Capability.EMBED)
         tokenizer = self.tokenizers[model.name]
         if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
             raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
@@ -85,7 +109,7 @@ class EncoderEngine:
         return l2_normalize(vectors) if request.normalize else vectors
 
     async def hidden(self, request: HiddenRequest) -> HiddenResponse:
-        model = self.model(request.model, Capability.HIDDEN)
+        model = await self.model(request.model, Capability.HIDDEN)
         encoded = await self.encode(model, request.sequences)
         return HiddenResponse(
             model=model.name,
@@ -137,8 +161,6 @@ class EncoderEngine:
                 )
             )
             return np.concatenate(parts)
-        try:
+        with triton_call(graph.name):
             result = await getattr(self.runner, graph.name).async_run(*graph.infer_inputs(arrays))
-        except (InferenceServerException, aiohttp.ClientError, ConnectionError) as error:
-            raise ModelUnavailable.at("model", f"{graph.name} is not available right now: {error}") from None
         return result.as_numpy(graph.spec.output.name)

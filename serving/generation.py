@@ -46,12 +46,12 @@ class MoleculeGenerator:
         self.engine = engine
 
     async def decode(self, request: DecodeRequest) -> DecodeResponse:
-        model = self.engine.model(request.model, Capability.DECODE)
+        model = await self.engine.model(request.model, Capability.DECODE)
         return await self._decode_latents(model, _latents_from_request(request, model.sizes["hidden_size"]), request.max_length)
 
     async def decode_array(self, hidden_states: np.ndarray) -> DecodeResponse:
         """Decode a [batch, length, dim] array with the default model; all-zero vectors are padding, as /hidden pads."""
-        model = self.engine.model(MEGAMOLBART, Capability.DECODE)
+        model = await self.engine.model(MEGAMOLBART, Capability.DECODE)
         if hidden_states.shape[2] != model.sizes["hidden_size"]:
             raise InvalidRequest.at("body", f"has vectors of {hidden_states.shape[2]} values; {model.name} needs {model.sizes['hidden_size']}")
         mask = hidden_states.any(axis=2).astype(np.int64)
@@ -66,7 +66,7 @@ class MoleculeGenerator:
         return DecodeResponse(model=model.name, smiles=[tokenizer.decode(row) for row in ids])
 
     async def generate(self, request: GenerateRequest) -> GenerateResponse:
-        model = self.engine.model(request.model, Capability.GENERATE)
+        model = await self.engine.model(request.model, Capability.GENERATE)
         seed = request.seed if request.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         rng = np.random.default_rng(seed)
         encoded = await self.engine.encode(model, request.smiles, field="smiles")

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from model_catalog import DEFAULT_MODEL
-from serving.settings import SETTINGS
+from serving.settings import current_settings
 
 
 class _Strict(BaseModel):
@@ -26,7 +26,7 @@ class Pooling(str, enum.Enum):
 class SequencesRequest(_Strict):
     sequences: list[StrictStr] = Field(
         min_length=1,
-        max_length=SETTINGS.max_sequences_per_request,
+        max_length=current_settings().max_sequences_per_request,
         description="Protein sequences as one-letter amino-acid codes (either case), "
         "each within the model's length limit (see GET /models).",
         examples=[["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]],
@@ -103,7 +103,7 @@ class DecodeRequest(_Strict):
     model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can decode.")
     hiddens: list[list[list[FiniteFloat]]] = Field(
         min_length=1,
-        max_length=SETTINGS.max_sequences_per_request,
+        max_length=current_settings().max_sequences_per_request,
         description="[batch, length, dim] encoder hidden states, e.g. from /hidden.",
     )
     mask: list[list[Literal[0, 1]]] = Field(description="[batch, length]: 1 at real tokens, 0 at padding.")
@@ -125,7 +125,7 @@ class GenerateRequest(_Strict):
     model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can generate.")
     smiles: list[StrictStr] = Field(
         min_length=1,
-        max_length=SETTINGS.max_sequences_per_request,
+        max_length=current_settings().max_sequences_per_request,
         description="Seed molecules; each must parse with RDKit.",
         examples=[["CC(=O)Nc1ccc(O)cc1"]],
     )

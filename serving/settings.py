@@ -1,40 +1,179 @@
-"""Service settings, read once from the environment at start-up; a bad value stops start-up naming it."""
+"""Service settings, read once from the environment at start-up; a bad value stops start-up naming it.
+
+The README's configuration table lists every variable below. `python -m serving.launch`
+(used by `make serve` and the container's entrypoint) checks them before it starts
+anything; the service process reads the same variables again when it imports.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+from model_catalog import MODELS, Target
+from serving.triton_options import (
+    ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE,
+)
+from serving.triton_options import (
+    MODEL_SELECTION_KEYS,
+    TritonOption,
+    TritonOptionError,
+    parse_environment,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+REMOTE_REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
+"""Repositories tritonserver reads itself (S3, Google Cloud Storage, Azure)."""
+
+T = TypeVar("T")
 
 
 class SettingsError(ValueError):
     """An environment variable holds a value the service cannot use."""
 
 
-def _positive_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, str(default))
+def _integer(raw: str, low: int, high: int | None = None) -> int:
     try:
         value = int(raw)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise SettingsError(f"{name}={raw!r}: expected a positive integer")
+        raise ValueError() from None
+    if value < low or (high is not None and value > high):
+        raise ValueError
     return value
+
+
+def _host(raw: str) -> str:
+    if not raw or any(character.isspace() for character in raw):
+        raise ValueError
+    return raw
+
+
+def _model_repository(raw: str) -> str:
+    """A remote URL as given; a local folder (relative to the project) resolved, and it must exist."""
+    if raw.startswith(REMOTE_REPOSITORY_SCHEMES):
+        return raw
+    path = Path(raw)
+    path = path if path.is_absolute() else PROJECT_ROOT / path
+    if not path.is_dir():
+        raise ValueError(f"no such folder: {path}")
+    return str(path)
+
+
+def _target(raw: str) -> Target:
+    try:
+        return Target(raw)
+    except ValueError:
+        raise ValueError() from None
+
+
+def _models(raw: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    unknown = [name for name in names if name not in MODELS]
+    if not names or unknown:
+        raise ValueError(f"known models: {', '.join(MODELS)}")
+    return names
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its parser, default and what it means (for the README's table)."""
+
+    variable: str
+    default: str
+    meaning: str
+
+
+HOST = Setting("BIONEMO_HOST", "127.0.0.1", "address the API listens on (the image sets 0.0.0.0)")
+PORT = Setting("BIONEMO_PORT", "3000", "port the API listens on")
+API_WORKERS = Setting("BIONEMO_API_WORKERS", "", "BentoML API worker processes; empty: one per CPU core")
+MODEL_REPOSITORY = Setting(
+    "BIONEMO_MODEL_REPOSITORY",
+    "model_repository",
+    "Triton model repository: a folder (relative to the project) or s3://, gs://, as:// read by tritonserver",
+)
+SERVED_MODELS = Setting(
+    "BIONEMO_MODELS", "", "comma-separated models Triton loads (explicit model control); empty: all in the repository"
+)
+TARGET = Setting("BIONEMO_TARGET", "cpu", "which generated config Triton loads: cpu, gpu or gpu-tensorrt")
+TRITON_LOG_VERBOSE = Setting("BIONEMO_TRITON_LOG_VERBOSE", "0", "tritonserver --log-verbose level (0 is quiet)")
+TRITON_OPTIONS = Setting(
+    TRITON_OPTIONS_VARIABLE, "", "extra tritonserver options, KEY=VALUE separated by spaces (as --triton-options)"
+)
+MAX_SEQUENCES = Setting("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "64", "most sequences or SMILES in one request")
+ALL_SETTINGS = (
+    HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Settings:
-    model_repository: Path
+    host: str
+    port: int
+    api_workers: int | None
+    model_repository: str
+    models: tuple[str, ...] | None
+    """Catalog names Triton loads; None loads every model in the repository."""
+    target: Target
+    triton_log_verbose: int
+    triton_options: tuple[TritonOption, ...]
     max_sequences_per_request: int
 
     @classmethod
-    def from_environment(cls) -> Settings:
-        return cls(
-            model_repository=Path(os.environ.get("BIONEMO_MODEL_REPOSITORY", PROJECT_ROOT / "model_repository")),
-            max_sequences_per_request=_positive_int("BIONEMO_MAX_SEQUENCES_PER_REQUEST", 64),
+    def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
+        def read(setting: Setting, parse: Callable[[str], T], expected: str) -> T:
+            raw = environment.get(setting.variable, setting.default)
+            try:
+                return parse(raw)
+            except TritonOptionError as error:
+                raise SettingsError(str(error)) from None
+            except ValueError as error:
+                detail = f" ({error})" if str(error) else ""
+                raise SettingsError(f"{setting.variable}={raw!r}: expected {expected}{detail}") from None
+
+        settings = cls(
+            host=read(HOST, _host, "a host name or IP address"),
+            port=read(PORT, lambda raw: _integer(raw, 1, 65535), "a port number from 1 to 65535"),
+            api_workers=read(API_WORKERS, lambda raw: _integer(raw, 1) if raw else None, "a positive integer"),
+            model_repository=read(MODEL_REPOSITORY, _model_repository, "a folder or an s3://, gs://, as:// URL"),
+            models=read(SERVED_MODELS, lambda raw: _models(raw) if raw else None, "comma-separated model names"),
+            target=read(TARGET, _target, f"one of {', '.join(target.value for target in Target)}"),
+            triton_log_verbose=read(TRITON_LOG_VERBOSE, lambda raw: _integer(raw, 0), "an integer >= 0"),
+            triton_options=read(TRITON_OPTIONS, parse_environment, "KEY=VALUE items"),
+            max_sequences_per_request=read(MAX_SEQUENCES, lambda raw: _integer(raw, 1), "a positive integer"),
         )
+        chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
+        if settings.models is not None and chosen_by_options:
+            raise SettingsError(
+                f"{SERVED_MODELS.variable} and --triton-options {chosen_by_options[0].key} both choose the models; "
+                "use one of them"
+            )
+        return settings
+
+    def triton_arguments(self) -> list[str]:
+        """tritonserver arguments for the runner's `cli_args` (it adds the repository, port and loopback address)."""
+        arguments = ["--allow-metrics=false"]
+        if self.target is not Target.CPU:
+            arguments.append(f"--model-config-name={self.target.value}")
+        if self.models is not None:
+            arguments.append("--model-control-mode=explicit")
+            arguments += [
+                f"--load-model={MODELS[name].triton_name(graph.role)}" for name in self.models for graph in MODELS[name].graphs
+            ]
+        return arguments + [option.argument() for option in self.triton_options]
+
+    def serve_arguments(self) -> list[str]:
+        """`bentoml serve` options that come from the settings."""
+        arguments = ["--host", self.host, "--port", str(self.port)]
+        if self.api_workers is not None:
+            arguments += ["--api-workers", str(self.api_workers)]
+        return arguments
 
 
-SETTINGS = Settings.from_environment()
+@functools.cache
+def current_settings() -> Settings:
+    """This process's settings, read from its environment on first use."""
+    return Settings.from_environment()

@@ -1,13 +1,18 @@
-"""Served models as the service sees them: tensors, dtypes and sizes read from each graph's `config.pbtxt`."""
+"""Served models as the service sees them: what Triton has loaded, with tensors, dtypes and sizes from its configs.
+
+Triton is asked, not the repository folder: it may be remote (s3://), and with
+explicit model control only some of its models are loaded.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.http.aio as triton_http
-from google.protobuf import text_format
+from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
@@ -36,8 +41,7 @@ class TritonGraph:
     config: model_config_pb2.ModelConfig
 
     @classmethod
-    def from_config(cls, spec: GraphSpec, config_path: Path) -> TritonGraph:
-        config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
+    def from_config(cls, spec: GraphSpec, config: model_config_pb2.ModelConfig) -> TritonGraph:
         inputs = tuple(
             TritonTensor(tensor.name, model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_"))
             for tensor in config.input
@@ -67,7 +71,7 @@ class TritonGraph:
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A catalogued model whose every graph is in the repository."""
+    """A catalogued model whose every graph Triton has loaded."""
 
     description: ModelDescription
     version: int
@@ -82,19 +86,29 @@ class ServedModel:
         return self.graphs[role]
 
 
-def _newest_version(model_dir: Path) -> int:
-    return max((int(path.name) for path in model_dir.iterdir() if path.name.isdigit()), default=0)
+async def discover_models(runner: Any) -> dict[str, ServedModel]:
+    """Every catalogued model whose graphs are all READY in Triton, with the configs Triton loaded.
 
-
-def discover_models(repository: Path) -> dict[str, ServedModel]:
-    """Every catalogued model whose graphs all have a `config.pbtxt` in `repository`."""
+    `runner` is the bentoml Triton runner; its client methods are tritonclient's (HTTP, asyncio).
+    """
+    ready: dict[str, int] = {}
+    for entry in await runner.get_model_repository_index():
+        if entry.get("state") == "READY":
+            ready[entry["name"]] = max(ready.get(entry["name"], 0), int(entry.get("version", 0)))
     served = {}
     for description in MODELS.values():
-        dirs = {graph.role: repository / description.triton_name(graph.role) for graph in description.graphs}
-        if not all((path / "config.pbtxt").is_file() for path in dirs.values()):
+        names = {graph.role: description.triton_name(graph.role) for graph in description.graphs}
+        if not all(name in ready for name in names.values()):
             continue
-        graphs = {role: TritonGraph.from_config(description.graph(role), path / "config.pbtxt") for role, path in dirs.items()}
+        configs = await asyncio.gather(*(runner.get_model_config(name) for name in names.values()))
+        graphs = {
+            role: TritonGraph.from_config(
+                description.graph(role),
+                json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True),
+            )
+            for role, config in zip(names, configs)
+        }
         sizes = {key: value for graph in graphs.values() for key, value in graph.sizes().items()}
-        version = min(_newest_version(path) for path in dirs.values())
+        version = min(ready[name] for name in names.values())
         served[description.name] = ServedModel(description, version, graphs, sizes)
     return served

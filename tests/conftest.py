@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -28,6 +28,7 @@ class RunningService:
     url: str
     process: subprocess.Popen
     log_path: Path
+    children: list[psutil.Process] = field(default_factory=list)
 
     def log_tail(self, characters: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-characters:]
@@ -49,22 +50,19 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     process.wait()
 
 
-@pytest.fixture(scope="session")
-def service() -> Iterator[RunningService]:
-    """`bentoml serve service:svc --production` on a free loopback port; stopped by its PID afterwards."""
-    missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
-    if missing:
-        pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
+def start_service(command: list[str], cwd: Path, environment: dict[str, str]) -> RunningService:
+    """Start `command` (a launcher of `bentoml serve`) in its own process group; wait for /readyz.
+
+    `environment` adds to this process's; the port is a free loopback port.
+    """
     port = free_loopback_port()
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    env["BIONEMO_MODEL_REPOSITORY"] = str(DEFAULT_REPOSITORY)
+    env.update(environment, BIONEMO_HOST="127.0.0.1", BIONEMO_PORT=str(port))
     log_path = Path(tempfile.mkstemp(prefix="bentoml-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bentoml", "serve", "service:svc", "--production",
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     running = RunningService(f"http://127.0.0.1:{port}", process, log_path)
     try:
         wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
@@ -73,8 +71,26 @@ def service() -> Iterator[RunningService]:
         pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
     children = psutil.Process(process.pid).children(recursive=True)  # tritonserver among them
     assert any("tritonserver" in " ".join(child.cmdline()) for child in children), running.log_tail()
-    yield running
-    stop_process_group(process)
-    survivors = [child.pid for child in children if child.is_running()]
+    running.children.extend(children)
+    return running
+
+
+def stop_service(running: RunningService) -> None:
+    """Stop what `start_service` started, by its PID, and check nothing it started is left."""
+    stop_process_group(running.process)
+    survivors = [child.pid for child in running.children if child.is_running()]
     assert not survivors, f"still running after stop: {survivors}"
-    log_path.unlink(missing_ok=True)
+    running.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def service() -> Iterator[RunningService]:
+    """`python -m serving.launch service:svc` (it becomes `bentoml serve`) on a free loopback port."""
+    missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
+    if missing:
+        pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
+    running = start_service(
+        [sys.executable, "-m", "serving.launch", "service:svc"], ROOT, {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY)}
+    )
+    yield running
+    stop_service(running)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from model_catalog import MODELS, Capability
-from serving.encoding import EncoderEngine
+from serving.encoding import select_model
 from serving.errors import CapabilityNotSupported, UnknownModel, http_status
 from serving.triton_models import ServedModel
 
@@ -18,13 +18,13 @@ def served(name: str, capabilities: set[Capability]) -> ServedModel:
 
 
 def test_missing_capability_names_the_models_that_have_it() -> None:
-    engine = EncoderEngine(runner=None, models={
+    models = {
         "embedder": served("embedder", {Capability.EMBED}),
         "both": served("both", {Capability.EMBED, Capability.HIDDEN}),
-    })  # fmt: skip
+    }
     with pytest.raises(CapabilityNotSupported, match="embedder cannot hidden; models that can: both") as raised:
-        engine.model("embedder", Capability.HIDDEN)
+        select_model(models, "embedder", Capability.HIDDEN)
     assert http_status(raised.value) == 422 and raised.value.problems[0].field == "model"
-    assert engine.model("both", Capability.HIDDEN).name == "both"
+    assert select_model(models, "both", Capability.HIDDEN).name == "both"
     with pytest.raises(UnknownModel, match="served models: both, embedder"):
-        engine.model("esm9", Capability.EMBED)
+        select_model(models, "esm9", Capability.EMBED)

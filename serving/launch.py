@@ -1,0 +1,49 @@
+"""Start the service: `python -m serving.launch TARGET [--triton-options KEY=VALUE]... [bentoml serve options]`.
+
+TARGET is `service:svc` in a checkout, or a bento tag or folder. `make serve`, the
+tests and the container's entrypoint all start the service this way, so that
+`--triton-options` (which `bentoml serve` no longer takes) work everywhere: they
+join BIONEMO_TRITON_OPTIONS, which the service turns into tritonserver arguments.
+Every setting is checked before anything starts; then this process becomes
+`bentoml serve`, keeping its PID.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from serving.settings import Settings, SettingsError
+from serving.triton_options import ENVIRONMENT_VARIABLE, TritonOptionError, parse_environment, render_environment, split_arguments
+
+USAGE = "usage: python -m serving.launch TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
+
+
+def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The `bentoml serve` command line and its environment; SettingsError for any bad setting or option."""
+    if not argv or argv[0].startswith("-"):
+        raise SettingsError(USAGE)
+    target, *rest = argv
+    options, serve_arguments = split_arguments(rest)
+    child_environment = dict(environment)
+    if options:
+        inherited = parse_environment(environment.get(ENVIRONMENT_VARIABLE, ""))
+        child_environment[ENVIRONMENT_VARIABLE] = render_environment(inherited + options)
+    settings = Settings.from_environment(child_environment)
+    command = [sys.executable, "-m", "bentoml", "serve", target, "--production", *settings.serve_arguments()]
+    return command + serve_arguments, child_environment
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        command, environment = serve_command(sys.argv[1:] if argv is None else argv, os.environ)
+    except (SettingsError, TritonOptionError) as error:
+        print(f"bionemo: {error}", file=sys.stderr)
+        return 2
+    os.execve(command[0], command, environment)
+    return 0  # not reached: execve replaces this process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

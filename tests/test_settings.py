@@ -1,0 +1,150 @@
+"""Settings, `--triton-options` and the launcher's command line, without starting anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving.launch import serve_command
+from serving.settings import PROJECT_ROOT, Settings, SettingsError
+from serving.triton_options import TritonOption, TritonOptionError, parse_environment, render_environment, split_arguments
+
+
+def test_defaults_serve_every_model_on_loopback() -> None:
+    settings = Settings.from_environment({})
+    assert (settings.host, settings.port, settings.api_workers) == ("127.0.0.1", 3000, None)
+    assert settings.model_repository == str(PROJECT_ROOT / "model_repository")
+    assert settings.models is None
+    assert settings.triton_arguments() == ["--allow-metrics=false"]
+    assert settings.serve_arguments() == ["--host", "127.0.0.1", "--port", "3000"]
+
+
+def test_every_setting_reaches_its_argument(tmp_path: Path) -> None:
+    settings = Settings.from_environment(
+        {
+            "BIONEMO_HOST": "0.0.0.0",
+            "BIONEMO_PORT": "8080",
+            "BIONEMO_API_WORKERS": "3",
+            "BIONEMO_MODEL_REPOSITORY": str(tmp_path),
+            "BIONEMO_MODELS": "esm2nv, megamolbart",
+            "BIONEMO_TARGET": "gpu",
+            "BIONEMO_TRITON_LOG_VERBOSE": "2",
+            "BIONEMO_TRITON_OPTIONS": "strict-readiness=true 'exit-timeout-secs=5'",
+            "BIONEMO_MAX_SEQUENCES_PER_REQUEST": "8",
+        }
+    )
+    assert settings.serve_arguments() == ["--host", "0.0.0.0", "--port", "8080", "--api-workers", "3"]
+    assert settings.model_repository == str(tmp_path)
+    assert settings.triton_arguments() == [
+        "--allow-metrics=false",
+        "--model-config-name=gpu",
+        "--model-control-mode=explicit",
+        "--load-model=esm2nv",
+        "--load-model=megamolbart_encoder",
+        "--load-model=megamolbart_decoder",
+        "--strict-readiness=true",
+        "--exit-timeout-secs=5",
+    ]
+    assert (settings.triton_log_verbose, settings.max_sequences_per_request) == (2, 8)
+
+
+def test_remote_repositories_are_left_to_tritonserver() -> None:
+    settings = Settings.from_environment({"BIONEMO_MODEL_REPOSITORY": "s3://bucket/models"})
+    assert settings.model_repository == "s3://bucket/models"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("BIONEMO_PORT", "http", "a port number"),
+        ("BIONEMO_PORT", "70000", "a port number"),
+        ("BIONEMO_HOST", "", "a host name"),
+        ("BIONEMO_API_WORKERS", "0", "a positive integer"),
+        ("BIONEMO_MODEL_REPOSITORY", "/no/such/folder", "no such folder: /no/such/folder"),
+        ("BIONEMO_MODELS", "esm2nv,esm3", "known models: esm1nv, esm2nv"),
+        ("BIONEMO_TARGET", "tpu", "one of cpu, gpu, gpu-tensorrt"),
+        ("BIONEMO_TRITON_LOG_VERBOSE", "-1", "an integer >= 0"),
+        ("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "many", "a positive integer"),
+        ("BIONEMO_TRITON_OPTIONS", "http-address=0.0.0.0", "refused"),
+        ("BIONEMO_TRITON_OPTIONS", "'unclosed", "No closing quotation"),
+    ],
+)
+def test_a_bad_value_names_its_setting(variable: str, value: str, expected: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_environment({variable: value})
+    assert variable in str(raised.value) and expected in str(raised.value)
+
+
+def test_models_chosen_twice_is_an_error() -> None:
+    with pytest.raises(SettingsError, match="BIONEMO_MODELS and --triton-options load-model"):
+        Settings.from_environment({"BIONEMO_MODELS": "esm2nv", "BIONEMO_TRITON_OPTIONS": "load-model=esm1nv"})
+
+
+def test_split_takes_both_spellings_and_keeps_the_rest_in_order() -> None:
+    options, rest = split_arguments(
+        ["--triton-options", "model-control-mode=explicit", "--api-workers", "2", "--triton-options=load-model=esm2nv"]
+    )
+    assert options == (TritonOption("model-control-mode", "explicit"), TritonOption("load-model", "esm2nv"))
+    assert rest == ["--api-workers", "2"]
+    assert [option.argument() for option in options] == ["--model-control-mode=explicit", "--load-model=esm2nv"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--triton-options"], "needs a KEY=VALUE"),
+        (["--triton-options", "--port", "1"], "needs a KEY=VALUE"),
+        (["--triton-options", "model-control-mode"], "expected KEY=VALUE"),
+        (["--triton-options", "=explicit"], "expected KEY=VALUE"),
+        (["--triton-options", "load-model="], "expected KEY=VALUE"),
+        (["--triton-options=--load-model=esm2nv"], "no leading dashes"),
+        (["--triton-options", "Load_Model=x"], "expected KEY=VALUE"),
+        (["--triton-options", "http-address=0.0.0.0"], "refused"),
+        (["--triton-options", "grpc-port=8001"], "refused"),
+        (["--triton-options", "allow-grpc=true"], "refused"),
+        (["--triton-options", "allow-sagemaker=true"], "refused"),
+        (["--triton-options", "metrics-address=0.0.0.0"], "only listen on loopback"),
+        (["--triton-options", "model-repository=/models"], "set BIONEMO_MODEL_REPOSITORY instead"),
+        (["--triton-options", "log-verbose=1"], "set BIONEMO_TRITON_LOG_VERBOSE instead"),
+        (["--triton-options", "model-config-name=h100"], "set BIONEMO_TARGET instead"),
+    ],
+)
+def test_malformed_or_unsafe_options_are_rejected(argv: list[str], expected: str) -> None:
+    with pytest.raises(TritonOptionError, match=expected):
+        split_arguments(argv)
+
+
+def test_loopback_metrics_are_allowed() -> None:
+    options, _ = split_arguments(["--triton-options", "allow-metrics=true", "--triton-options", "metrics-address=127.0.0.1"])
+    assert [option.argument() for option in options] == ["--allow-metrics=true", "--metrics-address=127.0.0.1"]
+
+
+def test_environment_form_round_trips() -> None:
+    options = (TritonOption("load-model", "esm2nv"), TritonOption("backend-config", "python,shm-default-byte-size=1 2"))
+    assert parse_environment(render_environment(options)) == options
+
+
+def test_launcher_moves_options_into_the_environment_and_builds_bentoml_serve() -> None:
+    command, environment = serve_command(
+        ["service:svc", "--triton-options", "load-model=esm2nv", "--api-workers", "1"],
+        {"BIONEMO_TRITON_OPTIONS": "model-control-mode=explicit", "BIONEMO_PORT": "3100"},
+    )
+    assert command == [
+        sys.executable, "-m", "bentoml", "serve", "service:svc", "--production",
+        "--host", "127.0.0.1", "--port", "3100", "--api-workers", "1",
+    ]  # fmt: skip
+    assert environment["BIONEMO_TRITON_OPTIONS"] == "model-control-mode=explicit load-model=esm2nv"
+    assert environment["BIONEMO_PORT"] == "3100"
+
+
+def test_launcher_refuses_before_starting_anything() -> None:
+    launched = subprocess.run(
+        [sys.executable, "-m", "serving.launch", "service:svc", "--triton-options", "grpc-address=0.0.0.0"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert launched.returncode == 2
+    assert "bionemo: --triton-options 'grpc-address=0.0.0.0': refused" in launched.stderr
+    assert "Traceback" not in launched.stderr
