@@ -5,13 +5,16 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TRITON_READY := $(VENV)/.tritonserver-checked
 MODELS_READY := model_repository/.exported
+# The tritonserver base image's Python and glibc (bentofile.yaml); tests/test_packaging.py checks they agree.
+IMAGE_PYTHON := 3.12
+IMAGE_PLATFORM := x86_64-manylinux_2_39
 EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/triton_backend/*.py preprocessing/*.py)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve test clean
+.PHONY: install models serve test lock clean
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -38,6 +41,11 @@ serve: install models
 
 test: install models
 	$(BIN)/python -m pytest
+
+# The bento's packages, resolved for the Python and glibc of bentofile.yaml's base image.
+lock: $(INSTALLED)
+	$(BIN)/uv pip compile pyproject.toml --python-version $(IMAGE_PYTHON) --python-platform $(IMAGE_PLATFORM) \
+		--only-binary :all: --no-python-downloads --quiet -o container/requirements.lock
 
 clean:
 	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY)

@@ -1,28 +1,65 @@
-"""Build the bento from `bentofile.yaml`, exporting the default models first if the repository has none.
+"""Build the bento for one target with `bentoml.bentos.build`, from the options in `bentofile.yaml`.
 
-    .venv/bin/python build_bento.py
+    .venv/bin/python build_bento.py [--target cpu|gpu|gpu-tensorrt]
+
+Every target carries the same model repository (each model has a config per
+target); the target only sets BIONEMO_TARGET in the image, which makes Triton
+load that target's configs. The default models are exported first when the
+repository has none.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import bentoml
+import yaml
+from bentoml._internal.bento.build_config import BentoEnvSchema  # the type bentoml.bentos.build's `envs` takes
 
 from exporter.__main__ import main as export_main
+from exporter.triton_config import config_path
+from model_catalog import MODELS, Target
 
 ROOT = Path(__file__).resolve().parent
+REPOSITORY = ROOT / "model_repository"
 
 
-def build() -> str:
-    repository = ROOT / "model_repository"
-    if not any(repository.glob("*/[0-9]*/model.onnx")):
-        if export_main(["defaults", "--repository", str(repository), "--checkpoints", str(ROOT / "checkpoints")]):
+def repository_is_complete(repository: Path) -> bool:
+    """Every catalogued graph has an ONNX file and a config for every target."""
+    model_dirs = [repository / description.triton_name(graph.role) for description in MODELS.values() for graph in description.graphs]
+    return all(
+        any(model_dir.glob("[0-9]*/model.onnx")) and all((model_dir / config_path(target)).is_file() for target in Target)
+        for model_dir in model_dirs
+    )
+
+
+def build(target: Target = Target.CPU) -> bentoml.Bento:
+    if not repository_is_complete(REPOSITORY):
+        if export_main(["defaults", "--repository", str(REPOSITORY), "--checkpoints", str(ROOT / "checkpoints")]):
             raise SystemExit("export failed; nothing was built")
-    bento = bentoml.bentos.build_bentofile(str(ROOT / "bentofile.yaml"), build_ctx=str(ROOT))
-    return str(bento.tag)
+    options = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
+    options["labels"] = {**options.get("labels", {}), "target": target.value}
+    envs = [*options.get("envs", []), {"name": "BIONEMO_TARGET", "value": target.value}]
+    options["envs"] = [BentoEnvSchema(**env) for env in envs]
+    return bentoml.bentos.build(**options, build_ctx=str(ROOT))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=[target.value for target in Target], default=Target.CPU.value)
+    target = Target(parser.parse_args(argv).target)
+    bento = build(target)
+    gpus = "" if target is Target.CPU else "--gpus all "
+    print(
+        f"built {bento.tag} (target {target.value})\n"
+        f"next:\n"
+        f"  bentoml containerize {bento.tag}\n"
+        f"  docker run --rm {gpus}--shm-size=1g -p 3000:3000 {bento.tag} serve "
+        "--triton-options model-control-mode=explicit --triton-options load-model=esm2nv"
+    )
 
 
 if __name__ == "__main__":
-    tag = build()
-    print(f"built {tag}\nnext:\n  bentoml containerize {tag}\n  docker run --gpus all -p 3000:3000 {tag} serve")
+    main()

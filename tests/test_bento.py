@@ -1,0 +1,153 @@
+"""The bento, built for real: its Dockerfile, its targets, and its entrypoint serving on this machine.
+
+No docker daemon runs here, so the image itself is not built; everything up to
+`docker build` is: `build_bento.py`, BentoML's generated Dockerfile, and the
+image's entrypoint script run against the built bento.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conftest import ROOT, RunningService, start_service, stop_service
+from reference import TransformersReference
+
+BASE_IMAGE = re.compile(r"^FROM (nvcr\.io/nvidia/tritonserver:\d\d\.\d\d-py3) AS base-container$", re.MULTILINE | re.IGNORECASE)
+
+
+def pins(requirements: str) -> set[str]:
+    return {line.strip() for line in requirements.splitlines() if "==" in line and not line.lstrip().startswith("#")}
+
+
+def bentoml_environment(home: Path) -> dict[str, str]:
+    return dict(os.environ, BENTOML_HOME=str(home), BENTOML_DO_NOT_TRACK="true")
+
+
+def build(home: Path, target: str) -> Path:
+    """`build_bento.py --target`, into a bento store of the test's own; the built bento's folder."""
+    built = subprocess.run(
+        [sys.executable, "build_bento.py", "--target", target],
+        cwd=ROOT, env=bentoml_environment(home), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    tag = re.search(r"^built (bionemo:\w+) \(target (\S+)\)$", built.stdout, re.MULTILINE)
+    assert tag and tag.group(2) == target, built.stdout
+    assert f"bentoml containerize {tag.group(1)}" in built.stdout
+    name, version = tag.group(1).split(":")
+    return home / "bentos" / name / version
+
+
+def containerfile(home: Path, bento: Path) -> str:
+    """`bentoml.container.get_containerfile`, run from the temp folder: BentoML 1.4.39 refuses a
+    dockerfile_template outside the working directory (bentoml/BentoML#5566)."""
+    output = home / "Dockerfile"
+    code = f"import bentoml; bentoml.container.get_containerfile('bionemo:{bento.name}', output_path={str(output)!r})"
+    generated = subprocess.run(
+        [sys.executable, "-c", code], cwd=tempfile.gettempdir(), env=bentoml_environment(home),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    return output.read_text()
+
+
+@pytest.fixture(scope="module")
+def bento_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bentoml-home")
+
+
+@pytest.fixture(scope="module")
+def cpu_bento(bento_home: Path) -> Path:
+    return build(bento_home, "cpu")
+
+
+def test_dockerfile_builds_on_tritonserver_with_its_python_and_our_entrypoint(bento_home: Path, cpu_bento: Path) -> None:
+    dockerfile = containerfile(bento_home, cpu_bento)
+    bentofile = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
+    image = BASE_IMAGE.search(dockerfile)
+    assert image and image.group(1) == bentofile["docker"]["base_image"]
+    # The venv the packages go into uses the image's own Python, the one its python-backend stub embeds.
+    assert f"uv venv -p {bentofile['docker']['python_version']} /app/.venv" in dockerfile
+    assert 'ENV PATH="/app/.venv/bin:$PATH"' in dockerfile
+    assert "bash -euxo pipefail /home/bentoml/bento/env/python/install.sh" in dockerfile
+    assert "ENV BIONEMO_HOST=$BIONEMO_HOST" in dockerfile and "ARG BIONEMO_HOST=0.0.0.0" in dockerfile
+    assert "ARG BIONEMO_TARGET=cpu" in dockerfile
+    entrypoints = re.findall(r"^ENTRYPOINT \[ \"(.+)\" \]$", dockerfile, re.MULTILINE)
+    assert entrypoints[-1] == "/home/bentoml/bento/src/container/entrypoint.sh"
+    assert os.access(cpu_bento / "src" / "container" / "entrypoint.sh", os.X_OK)
+
+
+def test_bento_installs_the_lock_resolved_for_the_image_python(cpu_bento: Path) -> None:
+    """The install step reads requirements.txt as it is: the lock, for the image's Python, not BentoML's own."""
+    installed = pins((cpu_bento / "env" / "python" / "requirements.txt").read_text())
+    assert installed == pins((ROOT / "container" / "requirements.lock").read_text())
+    assert not (cpu_bento / "env" / "python" / "requirements.lock.txt").exists()
+
+
+def test_bento_carries_every_model_with_every_target_config(cpu_bento: Path) -> None:
+    repository = cpu_bento / "src" / "model_repository"
+    for config_file in repository.glob("*/config.pbtxt"):
+        model_dir = config_file.parent
+        assert any(model_dir.glob("[0-9]*/model.onnx")), model_dir
+        for name, backend in (("config.pbtxt", "python"), ("configs/gpu.pbtxt", "onnxruntime")):
+            config = text_format.Parse((model_dir / name).read_text(), model_config_pb2.ModelConfig())
+            assert (config.name, config.backend) == (model_dir.name, backend)
+    assert {path.parent.name for path in repository.glob("*/config.pbtxt")} == {
+        "esm1nv", "esm2nv", "prott5nv", "megamolbart_encoder", "megamolbart_decoder"
+    }  # fmt: skip
+
+
+def test_gpu_target_sets_the_config_triton_loads(bento_home: Path) -> None:
+    gpu_bento = build(bento_home, "gpu")
+    info = yaml.safe_load((gpu_bento / "bento.yaml").read_text())
+    assert info["labels"]["target"] == "gpu"
+    assert "ARG BIONEMO_TARGET=gpu" in containerfile(bento_home, gpu_bento)
+
+
+@pytest.fixture(scope="module")
+def entrypoint_service(bento_home: Path, cpu_bento: Path) -> Iterator[RunningService]:
+    """The image's entrypoint, as `docker run IMAGE serve --triton-options ...` would run it."""
+    running = start_service(
+        [
+            "bash", str(cpu_bento / "src" / "container" / "entrypoint.sh"), "serve",
+            "--triton-options", "model-control-mode=explicit", "--triton-options=load-model=esm2nv",
+        ],
+        ROOT,
+        {"BENTO_PATH": str(cpu_bento), "BENTOML_HOME": str(bento_home), "BENTOML_DO_NOT_TRACK": "true"},
+    )  # fmt: skip
+    yield running
+    stop_service(running)
+
+
+def test_entrypoint_serves_the_built_bento_with_triton_options(entrypoint_service: RunningService) -> None:
+    command = " ".join(child.cmdline()[0] + " " + " ".join(child.cmdline()[1:]) for child in entrypoint_service.children)
+    assert "--model-control-mode=explicit" in command and "--load-model=esm2nv" in command
+    assert str(entrypoint_service.process.args[1]).endswith("src/container/entrypoint.sh")
+    sequence = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
+    response = requests.post(f"{entrypoint_service.url}/embed", json={"model": "esm2nv", "sequences": [sequence]}, timeout=60)
+    assert response.status_code == 200, response.text
+    expected = TransformersReference("esm2nv").mean_embedding(sequence)
+    np.testing.assert_allclose(np.asarray(response.json()["embeddings"][0]), expected, atol=1e-4)
+
+
+def test_explicit_model_control_serves_only_the_loaded_model(entrypoint_service: RunningService) -> None:
+    models = requests.get(f"{entrypoint_service.url}/models", timeout=30).json()["models"]
+    assert [model["name"] for model in models] == ["esm2nv"]
+    response = requests.post(f"{entrypoint_service.url}/embed", json={"model": "esm1nv", "sequences": ["MKV"]}, timeout=30)
+    assert response.status_code == 422
+    assert json.loads(response.text)["error"]["details"] == [
+        {"field": "model", "message": "'esm1nv' is not served; served models: esm2nv"}
+    ]
