@@ -52,10 +52,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     target = Target(parser.parse_args(argv).target)
     bento = build(target)
     gpus = "" if target is Target.CPU else "--gpus all "
+    # From the temp folder: BentoML 1.4.39 refuses a dockerfile_template outside the working directory (#5566).
     print(
         f"built {bento.tag} (target {target.value})\n"
         f"next:\n"
-        f"  bentoml containerize {bento.tag}\n"
+        f"  (cd /tmp && bentoml containerize {bento.tag})\n"
         f"  docker run --rm {gpus}--shm-size=1g -p 3000:3000 {bento.tag} serve "
         "--triton-options model-control-mode=explicit --triton-options load-model=esm2nv"
     )

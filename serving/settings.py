@@ -89,19 +89,19 @@ class Setting:
 
 HOST = Setting("BIONEMO_HOST", "127.0.0.1", "address the API listens on (the image sets 0.0.0.0)")
 PORT = Setting("BIONEMO_PORT", "3000", "port the API listens on")
-API_WORKERS = Setting("BIONEMO_API_WORKERS", "", "BentoML API worker processes; empty: one per CPU core")
+API_WORKERS = Setting("BIONEMO_API_WORKERS", "", "BentoML API worker processes; unset: one per CPU core (BentoML's default)")
 MODEL_REPOSITORY = Setting(
     "BIONEMO_MODEL_REPOSITORY",
     "model_repository",
     "Triton model repository: a folder (relative to the project) or s3://, gs://, as:// read by tritonserver",
 )
 SERVED_MODELS = Setting(
-    "BIONEMO_MODELS", "", "comma-separated models Triton loads (explicit model control); empty: all in the repository"
+    "BIONEMO_MODELS", "", "comma-separated models to load (Triton's explicit model control); unset: all in the repository"
 )
 TARGET = Setting("BIONEMO_TARGET", "cpu", "which generated config Triton loads: cpu, gpu or gpu-tensorrt")
 TRITON_LOG_VERBOSE = Setting("BIONEMO_TRITON_LOG_VERBOSE", "0", "tritonserver --log-verbose level (0 is quiet)")
 TRITON_OPTIONS = Setting(
-    TRITON_OPTIONS_VARIABLE, "", "extra tritonserver options, KEY=VALUE separated by spaces (as --triton-options)"
+    TRITON_OPTIONS_VARIABLE, "", "more tritonserver options: KEY=VALUE items separated by spaces, as --triton-options takes them"
 )
 MAX_SEQUENCES = Setting("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "64", "most sequences or SMILES in one request")
 ALL_SETTINGS = (

@@ -11,6 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from model_catalog import Target
+from serving.settings import Settings
+
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes.yaml"
 # The oldest and the newest release the manifest targets; kubernetes-validate ships their schemas.
 KUBERNETES_VERSIONS = ["1.30", "1.37"]
@@ -104,3 +107,11 @@ def test_selectors_pick_the_pods_and_the_service_targets_their_port() -> None:
     ]
     assert all(selector.items() <= labels.items() for selector in selectors)
     assert {port["targetPort"] for port in service["ports"]} == {port["name"] for port in CONTAINER["ports"]}
+
+
+def test_the_pod_settings_are_valid_service_settings() -> None:
+    """The same check the container's entrypoint runs before it starts anything."""
+    environment = {variable["name"]: variable["value"] for variable in CONTAINER["env"]}
+    settings = Settings.from_environment({**environment, "BIONEMO_HOST": "0.0.0.0"})  # the image's BIONEMO_HOST
+    assert settings.target is Target.GPU and settings.models == ("esm2nv", "megamolbart")
+    assert settings.port == CONTAINER["ports"][0]["containerPort"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from serving.launch import serve_command
-from serving.settings import PROJECT_ROOT, Settings, SettingsError
+from serving.settings import ALL_SETTINGS, PROJECT_ROOT, Settings, SettingsError
 from serving.triton_options import TritonOption, TritonOptionError, parse_environment, render_environment, split_arguments
 
 
@@ -148,3 +149,11 @@ def test_launcher_refuses_before_starting_anything() -> None:
     assert launched.returncode == 2
     assert "bionemo: --triton-options 'grpc-address=0.0.0.0': refused" in launched.stderr
     assert "Traceback" not in launched.stderr
+
+
+def test_readme_table_lists_every_setting_with_its_default() -> None:
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    for setting in ALL_SETTINGS:
+        default = f"`{setting.default}`" if setting.default else "unset"
+        assert f"| `{setting.variable}` | {default} | {setting.meaning} |" in readme, setting.variable
+    assert len(re.findall(r"^\| `BIONEMO_\w+` \|", readme, re.MULTILINE)) == len(ALL_SETTINGS)
