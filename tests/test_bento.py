@@ -133,7 +133,7 @@ def entrypoint_service(bento_home: Path, cpu_bento: Path) -> Iterator[RunningSer
 
 
 def test_entrypoint_serves_the_built_bento_with_triton_options(entrypoint_service: RunningService) -> None:
-    command = " ".join(child.cmdline()[0] + " " + " ".join(child.cmdline()[1:]) for child in entrypoint_service.children)
+    command = " ".join(" ".join(child.cmdline()) for child in entrypoint_service.children)
     assert "--model-control-mode=explicit" in command and "--load-model=esm2nv" in command
     assert str(entrypoint_service.process.args[1]).endswith("src/container/entrypoint.sh")
     sequence = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
