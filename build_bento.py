@@ -36,9 +36,9 @@ def repository_is_complete(repository: Path) -> bool:
 
 
 def build(target: Target = Target.CPU) -> bentoml.Bento:
-    if not repository_is_complete(REPOSITORY):
-        if export_main(["defaults", "--repository", str(REPOSITORY), "--checkpoints", str(ROOT / "checkpoints")]):
-            raise SystemExit("export failed; nothing was built")
+    exporting = ["defaults", "--repository", str(REPOSITORY), "--checkpoints", str(ROOT / "checkpoints")]
+    if not repository_is_complete(REPOSITORY) and export_main(exporting):
+        raise SystemExit("export failed; nothing was built")
     options = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
     options["labels"] = {**options.get("labels", {}), "target": target.value}
     envs = [*options.get("envs", []), {"name": "BIONEMO_TARGET", "value": target.value}]

@@ -15,15 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from model_catalog import MODELS, Target
-from serving.triton_options import (
-    ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE,
-)
-from serving.triton_options import (
-    MODEL_SELECTION_KEYS,
-    TritonOption,
-    TritonOptionError,
-    parse_environment,
-)
+from serving.triton_options import ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE
+from serving.triton_options import MODEL_SELECTION_KEYS, TritonOption, TritonOptionError, parse_environment
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REMOTE_REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
@@ -80,7 +73,7 @@ def _models(raw: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its parser, default and what it means (for the README's table)."""
+    """One environment variable: its name, default and meaning (tests check the README's table against these)."""
 
     variable: str
     default: str
