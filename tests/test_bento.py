@@ -7,6 +7,7 @@ image's entrypoint script run against the built bento.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import requests
 import yaml
@@ -151,3 +153,15 @@ def test_explicit_model_control_serves_only_the_loaded_model(entrypoint_service:
     assert json.loads(response.text)["error"]["details"] == [
         {"field": "model", "message": "'esm1nv' is not served; served models: esm2nv"}
     ]
+
+
+def test_tritonserver_listens_on_loopback_only(entrypoint_service: RunningService) -> None:
+    triton = [child for child in entrypoint_service.children if "tritonserver" in " ".join(child.cmdline())]
+    listening = [
+        connection.laddr
+        for process in triton
+        for connection in process.net_connections(kind="inet")
+        if connection.status == psutil.CONN_LISTEN
+    ]
+    assert listening, "tritonserver listens nowhere?"
+    assert all(ipaddress.ip_address(address.ip).is_loopback for address in listening), listening
