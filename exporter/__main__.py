@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     export.add_argument("--version", type=int, default=1)
     export.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="parity gate, max abs diff")
+    export.add_argument(
+        "--external-data", action="store_true", help="weights in model.onnx.data (automatic over 2 GB)"
+    )
 
     defaults = commands.add_parser(
         "defaults", help="create the small random-init checkpoints (if missing) and export them (if missing)"
@@ -47,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.disable_progress_bar()
     try:
         if args.command == "export":
-            print(export_model(MODELS[args.model], args.checkpoint, args.repository, args.version, args.tolerance).summary())
+            report = export_model(
+                MODELS[args.model], args.checkpoint, args.repository, args.version, args.tolerance, args.external_data
+            )
+            print(report.summary())
             return 0
         for name in args.models:
             checkpoint = args.checkpoints / name

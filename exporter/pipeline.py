@@ -10,7 +10,7 @@ from pathlib import Path
 
 from exporter.architectures import load_for_export
 from exporter.graph_inputs import trace_inputs, verification_inputs
-from exporter.onnx_export import export_onnx
+from exporter.onnx_export import export_onnx, external_data_path
 from exporter.triton_config import ONNX_FILE, config_path, render_config
 from exporter.verify import DEFAULT_TOLERANCE, ParityReport, check_parity
 from model_catalog import ModelDescription, Target
@@ -23,6 +23,7 @@ class GraphReport:
     triton_name: str
     version_dir: Path
     onnx_bytes: int
+    """The graph and its external data, if any."""
     parity: ParityReport
 
 
@@ -49,10 +50,12 @@ def export_model(
     repository: Path,
     version: int = 1,
     tolerance: float = DEFAULT_TOLERANCE,
+    external_data: bool = False,
 ) -> ExportReport:
     """Export every graph of `checkpoint` as `repository/<triton name>/<version>`.
 
-    Nothing is written unless every graph passes the parity gate.
+    Nothing is written unless every graph passes the parity gate. Weights go to
+    ONNX external data when a graph is over 2 GB, or always with `external_data`.
     """
     started = time.perf_counter()
     loaded = load_for_export(description, checkpoint)
@@ -64,7 +67,8 @@ def export_model(
             module = loaded.graphs[graph.role]
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
-            export_onnx(module, graph, trace_inputs(description, graph.role, loaded.graphs), version_dir / ONNX_FILE)
+            sample = trace_inputs(description, graph.role, loaded.graphs)
+            export_onnx(module, graph, sample, version_dir / ONNX_FILE, external_data)
             batches = verification_inputs(description, graph.role, loaded.graphs, seed=0)
             parity = check_parity(module, version_dir / ONNX_FILE, graph, batches, name, tolerance)
             shutil.copy(BACKEND_SOURCE, version_dir / "model.py")
@@ -84,5 +88,7 @@ def export_model(
             for target in Target:
                 (model_dir / config_path(target)).parent.mkdir(exist_ok=True)
                 shutil.move(str(staged_version.parent / config_path(target)), model_dir / config_path(target))
-            reports.append(GraphReport(name, published, (published / ONNX_FILE).stat().st_size, parity))
+            onnx_files = [published / ONNX_FILE, external_data_path(published / ONNX_FILE)]
+            onnx_bytes = sum(path.stat().st_size for path in onnx_files if path.exists())
+            reports.append(GraphReport(name, published, onnx_bytes, parity))
     return ExportReport(model=description.name, graphs=reports, seconds=time.perf_counter() - started)

@@ -6,6 +6,7 @@ import itertools
 from dataclasses import replace
 from pathlib import Path
 
+import onnx
 import pytest
 import torch
 from google.protobuf import text_format
@@ -96,6 +97,21 @@ def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path)
     assert report.graphs[0].parity.max_abs_diff < 1e-4
     assert sorted(p.name for p in (tmp_path / "esm2nv" / "3").iterdir()) == ["model.onnx", "model.py"]
     assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32})
+
+
+def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The mechanism models over 2 GB need, forced on a small one: the gate runs on the split files."""
+    report = export_model(ESM2, tiny_checkpoint, tmp_path, external_data=True)
+    version_dir = tmp_path / "esm2nv" / "1"
+    assert sorted(p.name for p in version_dir.iterdir()) == ["model.onnx", "model.onnx.data", "model.py"]
+    graph = onnx.load(str(version_dir / "model.onnx"), load_external_data=False)
+    locations = {entry.value for tensor in graph.graph.initializer for entry in tensor.external_data if entry.key == "location"}
+    assert locations == {"model.onnx.data"}
+    assert all(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph.graph.initializer)
+    assert (version_dir / "model.onnx.data").stat().st_mode & 0o044 == 0o044  # readable by Triton's user
+    assert report.graphs[0].onnx_bytes == sum(p.stat().st_size for p in version_dir.glob("model.onnx*"))
+    assert report.graphs[0].parity.max_abs_diff < 1e-4
+    assert not list(tmp_path.glob("**/.trace-*"))
 
 
 def test_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
