@@ -139,6 +139,10 @@ class ModelDescription:
     graphs: tuple[GraphSpec, ...] = (ENCODER,)
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     summary: str = ""
+    versions_served: int = 1
+    """Triton serves the newest N versions side by side (`version_policy: latest`); requests pick one."""
+    response_cache: bool = False
+    """Triton answers repeated identical requests from its cache (needs tritonserver's --cache-config)."""
 
     def graph(self, role: GraphRole) -> GraphSpec:
         return next(graph for graph in self.graphs if graph.role is role)

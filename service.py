@@ -44,8 +44,8 @@ generator = MoleculeGenerator(engine)
 @endpoint(svc, "/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
 async def embed(request: EmbedRequest) -> EmbedResponse:
     """One embedding per sequence: by default the mean of the final hidden states over the residues."""
-    vectors = await engine.embed(request)
-    return EmbedResponse(model=request.model, dim=vectors.shape[1], embeddings=vectors.tolist())
+    model, vectors = await engine.embed(request)
+    return EmbedResponse(model=model.name, model_version=model.version, dim=vectors.shape[1], embeddings=vectors.tolist())
 
 
 @endpoint(
@@ -56,7 +56,8 @@ async def embed(request: EmbedRequest) -> EmbedResponse:
 )
 async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
     """The embeddings of /embed as one float32 array [batch, dim]."""
-    return await engine.embed(request)
+    _, vectors = await engine.embed(request)
+    return vectors
 
 
 @endpoint(svc, "/hidden", ValidatedJSON(pydantic_model=HiddenRequest), JSONOutput(pydantic_model=HiddenResponse))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local folders; never reach for a hub
@@ -33,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--external-data", action="store_true", help="weights in model.onnx.data (automatic over 2 GB)"
     )
+    export.add_argument(
+        "--versions-served", type=int, help="Triton serves the newest N versions side by side (default: the catalog's)"
+    )
+    export.add_argument("--response-cache", action="store_true", help="enable Triton's response cache for the model")
 
     defaults = commands.add_parser(
         "defaults", help="create the small random-init checkpoints (if missing) and export them (if missing)"
@@ -50,8 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.disable_progress_bar()
     try:
         if args.command == "export":
+            description = replace(
+                MODELS[args.model],
+                versions_served=args.versions_served or MODELS[args.model].versions_served,
+                response_cache=args.response_cache or MODELS[args.model].response_cache,
+            )
             report = export_model(
-                MODELS[args.model], args.checkpoint, args.repository, args.version, args.tolerance, args.external_data
+                description, args.checkpoint, args.repository, args.version, args.tolerance, args.external_data
             )
             print(report.summary())
             return 0

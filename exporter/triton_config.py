@@ -49,6 +49,9 @@ def build_config(
     config.instance_group.add(kind=kind, count=batching.instance_count)
     config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
     config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
+    config.version_policy.latest.num_versions = description.versions_served
+    if description.response_cache:
+        config.response_cache.enable = True
     if target is Target.CPU:
         config.parameters["onnx_file"].string_value = ONNX_FILE  # read by exporter/triton_backend/model.py
     else:

@@ -23,7 +23,7 @@ from serving.protocol import (
     ModelsResponse,
     Pooling,
 )
-from serving.triton_models import ServedModel, TritonGraph, discover_models
+from serving.triton_models import ServedModel, discover_models
 
 
 @contextmanager
@@ -35,8 +35,13 @@ def triton_call(what: str) -> Iterator[None]:
         raise ModelUnavailable.at("model", f"{what} is not available right now: {error}") from None
 
 
-def select_model(served: dict[str, ServedModel], name: str, capability: Capability) -> ServedModel:
-    """The served model `name`, which must have `capability`; else a 422 naming the models that do."""
+def select_model(
+    served: dict[str, ServedModel], name: str, capability: Capability, version: int | None = None
+) -> ServedModel:
+    """The served model `name` at `version` (default: its newest), which must have `capability`.
+
+    Otherwise a 422 naming the models that have it, or the versions that are served.
+    """
     if name not in served:
         raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(served))}")
     model = served[name]
@@ -45,7 +50,13 @@ def select_model(served: dict[str, ServedModel], name: str, capability: Capabili
         raise CapabilityNotSupported.at(
             "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
         )
-    return model
+    if version is None:
+        return model
+    if version not in model.versions:
+        raise UnknownModel.at(
+            "model_version", f"{name} version {version} is not served; versions: {', '.join(map(str, model.versions))}"
+        )
+    return model.at_version(version)
 
 
 @dataclass(frozen=True)
@@ -75,8 +86,8 @@ class EncoderEngine:
                         self._served = await discover_models(self.runner)
         return self._served
 
-    async def model(self, name: str, capability: Capability) -> ServedModel:
-        return select_model(await self.served_models(), name, capability)
+    async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
+        return select_model(await self.served_models(), name, capability, version)
 
     async def catalog(self) -> ModelsResponse:
         served = await self.served_models()
@@ -85,6 +96,7 @@ class EncoderEngine:
                 ModelInfo(
                     name=name,
                     version=model.version,
+                    versions=list(model.versions),
                     summary=model.description.summary,
                     capabilities=sorted(c.value for c in model.description.capabilities),
                     max_length=model.description.max_length,
@@ -95,9 +107,9 @@ class EncoderEngine:
             ]
         )
 
-    async def embed(self, request: EmbedRequest) -> np.ndarray:
-        """[batch, dim] float32 embeddings in input order."""
-        model = await self.model(request.model, Capability.EMBED)
+    async def embed(self, request: EmbedRequest) -> tuple[ServedModel, np.ndarray]:
+        """The model (at the version used) and its [batch, dim] float32 embeddings in input order."""
+        model = await self.model(request.model, Capability.EMBED, request.model_version)
         tokenizer = self.tokenizers[model.name]
         if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
             raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
@@ -106,13 +118,14 @@ class EncoderEngine:
             vectors = encoded.hidden_states[:, tokenizer.summary_position]
         else:
             vectors = mean_pool(encoded.hidden_states, encoded.residue_mask)
-        return l2_normalize(vectors) if request.normalize else vectors
+        return model, l2_normalize(vectors) if request.normalize else vectors
 
     async def hidden(self, request: HiddenRequest) -> HiddenResponse:
-        model = await self.model(request.model, Capability.HIDDEN)
+        model = await self.model(request.model, Capability.HIDDEN, request.model_version)
         encoded = await self.encode(model, request.sequences)
         return HiddenResponse(
             model=model.name,
+            model_version=model.version,
             dim=encoded.hidden_states.shape[2],
             hiddens=encoded.hidden_states.tolist(),
             mask=encoded.attention_mask.tolist(),
@@ -133,12 +146,14 @@ class EncoderEngine:
         if problems:
             raise InvalidRequest(problems)
         # Sorting by length before cutting Triton-sized chunks keeps padding small.
-        encoder = model.graph(GraphRole.ENCODER)
         order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
-        size = encoder.max_batch_size
+        size = model.graph(GraphRole.ENCODER).max_batch_size
         chunks = [order[start : start + size] for start in range(0, len(order), size)]
         outputs = await asyncio.gather(
-            *(self.infer(encoder, tokenizer.pad([encoded[i] for i in chunk]).model_inputs()) for chunk in chunks)
+            *(
+                self.infer(model, GraphRole.ENCODER, tokenizer.pad([encoded[i] for i in chunk]).model_inputs())
+                for chunk in chunks
+            )
         )
         batch = tokenizer.pad(encoded)
         hidden_states = np.zeros(batch.input_ids.shape + (outputs[0].shape[2],), dtype=np.float32)
@@ -147,20 +162,25 @@ class EncoderEngine:
         hidden_states[batch.attention_mask == 0] = 0  # padding carries no state
         return Encoded(hidden_states, batch.attention_mask, batch.residue_mask)
 
-    async def infer(self, graph: TritonGraph, arrays: dict[str, np.ndarray]) -> np.ndarray:
-        """Run one Triton model and return its single output; Triton unreachable or not ready is a 503.
+    async def infer(self, model: ServedModel, role: GraphRole, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """Run one graph of `model` at its version and return the single output; Triton away is a 503.
 
-        A batch larger than the model's max_batch_size goes as several concurrent calls.
+        A batch larger than the graph's max_batch_size goes as several concurrent calls. The
+        runner's client `infer` is called directly: it takes a version, and needs no metadata
+        round trip per call (the config was read once, at discovery).
         """
+        graph = model.graph(role)
         rows = len(next(iter(arrays.values())))
         if rows > graph.max_batch_size:
             parts = await asyncio.gather(
                 *(
-                    self.infer(graph, {name: array[start : start + graph.max_batch_size] for name, array in arrays.items()})
+                    self.infer(model, role, {name: array[start : start + graph.max_batch_size] for name, array in arrays.items()})
                     for start in range(0, rows, graph.max_batch_size)
                 )
             )
             return np.concatenate(parts)
-        with triton_call(graph.name):
-            result = await getattr(self.runner, graph.name).async_run(*graph.infer_inputs(arrays))
+        with triton_call(f"{graph.name} version {model.version}"):
+            result = await self.runner.infer(
+                graph.name, graph.infer_inputs(arrays), model_version=str(model.version), outputs=graph.requested_outputs()
+            )
         return result.as_numpy(graph.spec.output.name)

@@ -30,7 +30,7 @@ from serving.protocol import (
     GenerateResult,
     Molecule,
 )
-from serving.triton_models import ServedModel, TritonGraph
+from serving.triton_models import ServedModel
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class MoleculeGenerator:
         self.engine = engine
 
     async def decode(self, request: DecodeRequest) -> DecodeResponse:
-        model = await self.engine.model(request.model, Capability.DECODE)
+        model = await self.engine.model(request.model, Capability.DECODE, request.model_version)
         return await self._decode_latents(model, _latents_from_request(request, model.sizes["hidden_size"]), request.max_length)
 
     async def decode_array(self, hidden_states: np.ndarray) -> DecodeResponse:
@@ -63,10 +63,10 @@ class MoleculeGenerator:
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> DecodeResponse:
         ids = await self._token_by_token(model, latents, max_length, greedy)
         tokenizer = self._tokenizer(model)
-        return DecodeResponse(model=model.name, smiles=[tokenizer.decode(row) for row in ids])
+        return DecodeResponse(model=model.name, model_version=model.version, smiles=[tokenizer.decode(row) for row in ids])
 
     async def generate(self, request: GenerateRequest) -> GenerateResponse:
-        model = await self.engine.model(request.model, Capability.GENERATE)
+        model = await self.engine.model(request.model, Capability.GENERATE, request.model_version)
         seed = request.seed if request.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         rng = np.random.default_rng(seed)
         encoded = await self.engine.encode(model, request.smiles, field="smiles")
@@ -90,29 +90,28 @@ class MoleculeGenerator:
         for index, seed_smiles in enumerate(request.smiles):
             samples = generated[index * request.num_samples : (index + 1) * request.num_samples]
             results.append(GenerateResult(seed_smiles=seed_smiles, samples=[_molecule(s, seed_smiles) for s in samples]))
-        return GenerateResponse(model=model.name, seed=seed, results=results)
+        return GenerateResponse(model=model.name, model_version=model.version, seed=seed, results=results)
 
     def _tokenizer(self, model: ServedModel) -> SmilesTokenizer:
         tokenizer = self.engine.tokenizers[model.name]
         assert isinstance(tokenizer, SmilesTokenizer), f"{model.name} decodes but has no SMILES tokenizer"
         return tokenizer
 
-    async def _step(self, decoder: TritonGraph, ids: np.ndarray, latents: Latents, rows: np.ndarray) -> np.ndarray:
+    async def _step(self, model: ServedModel, ids: np.ndarray, latents: Latents, rows: np.ndarray) -> np.ndarray:
         """Next-token logits [len(rows), vocab] for the given rows of the latents."""
         arrays = {"decoder_ids": ids, "encoder_hidden_states": latents.hidden_states[rows], "encoder_mask": latents.mask[rows]}
-        return await self.engine.infer(decoder, arrays)
+        return await self.engine.infer(model, GraphRole.DECODER_STEP, arrays)
 
     async def _token_by_token(
         self, model: ServedModel, latents: Latents, max_length: int, choose: Callable[[np.ndarray], np.ndarray]
     ) -> list[np.ndarray]:
         """Extend every row by `choose(logits)` (greedy, or a sampler) until it ends or reaches `max_length`."""
         tokenizer = self._tokenizer(model)
-        decoder = model.graph(GraphRole.DECODER_STEP)
         rows = len(latents.mask)
         ids = np.full((rows, 1), tokenizer.begin_id, dtype=np.int64)
         live = np.arange(rows)
         for _ in range(max_length):
-            chosen = choose(await self._step(decoder, ids[live], latents, live))
+            chosen = choose(await self._step(model, ids[live], latents, live))
             step = np.full(rows, tokenizer.pad_id, dtype=np.int64)
             step[live] = chosen
             ids = np.concatenate((ids, step[:, None]), axis=1)
@@ -124,7 +123,6 @@ class MoleculeGenerator:
     async def _beam(self, model: ServedModel, latents: Latents, max_length: int, beam_size: int) -> list[np.ndarray]:
         """Beam search per row; the live hypotheses of all rows go to Triton together at each step."""
         tokenizer = self._tokenizer(model)
-        decoder = model.graph(GraphRole.DECODER_STEP)
         searches = [BeamSearch(beam_size, tokenizer.begin_id, tokenizer.end_id) for _ in range(len(latents.mask))]
         for _ in range(max_length):
             active = [i for i, search in enumerate(searches) if not search.done]
@@ -132,7 +130,7 @@ class MoleculeGenerator:
                 break
             owners = np.array([i for i in active for _ in searches[i].live])
             ids = np.array([hypothesis for i in active for hypothesis, _ in searches[i].live], dtype=np.int64)
-            log_probs = log_softmax(await self._step(decoder, ids, latents, owners))
+            log_probs = log_softmax(await self._step(model, ids, latents, owners))
             offset = 0
             for i in active:
                 count = len(searches[i].live)

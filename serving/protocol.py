@@ -18,6 +18,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+ModelVersion = Annotated[
+    int | None,
+    Field(ge=1, description="A version of the model that Triton serves (see GET /models); default: the newest."),
+]
+
+
 class Pooling(str, enum.Enum):
     MEAN = "mean"
     CLS = "cls"
@@ -32,6 +38,7 @@ class SequencesRequest(_Strict):
         examples=[["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]],
     )
     model: StrictStr = Field(default=DEFAULT_MODEL, description="A served model name (see GET /models).")
+    model_version: ModelVersion = None
 
 
 class EmbedRequest(SequencesRequest):
@@ -45,6 +52,7 @@ class EmbedRequest(SequencesRequest):
 
 class EmbedResponse(BaseModel):
     model: str = Field(description="The model that computed the embeddings.")
+    model_version: int = Field(description="The version of the model that computed them.")
     dim: int = Field(description="Length of each embedding vector.")
     embeddings: list[list[float]] = Field(description="One vector per input sequence, in input order.")
 
@@ -55,6 +63,7 @@ class HiddenRequest(SequencesRequest):
 
 class HiddenResponse(BaseModel):
     model: str
+    model_version: int
     dim: int
     hiddens: list[list[list[float]]] = Field(
         description="[batch, length, dim] final hidden states of every token, special tokens included; "
@@ -65,7 +74,8 @@ class HiddenResponse(BaseModel):
 
 class ModelInfo(BaseModel):
     name: str
-    version: int = Field(description="The version Triton serves (the newest in the repository).")
+    version: int = Field(description="The newest version Triton serves: what requests without model_version get.")
+    versions: list[int] = Field(description="Every version Triton serves (config.pbtxt version_policy).")
     summary: str
     capabilities: list[str] = Field(description="Endpoints this model answers: embed, hidden, decode, generate.")
     max_length: int = Field(description="Most residues (or SMILES tokens) one input may have.")
@@ -101,6 +111,7 @@ DEFAULT_MAX_DECODE_LENGTH = 128
 
 class DecodeRequest(_Strict):
     model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can decode.")
+    model_version: ModelVersion = None
     hiddens: list[list[list[FiniteFloat]]] = Field(
         min_length=1,
         max_length=current_settings().max_sequences_per_request,
@@ -112,6 +123,7 @@ class DecodeRequest(_Strict):
 
 class DecodeResponse(BaseModel):
     model: str
+    model_version: int
     smiles: list[str] = Field(description="The greedy decoding of each latent, in input order.")
 
 
@@ -123,6 +135,7 @@ class DecodingMethod(str, enum.Enum):
 
 class GenerateRequest(_Strict):
     model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can generate.")
+    model_version: ModelVersion = None
     smiles: list[StrictStr] = Field(
         min_length=1,
         max_length=current_settings().max_sequences_per_request,
@@ -156,5 +169,6 @@ class GenerateResult(BaseModel):
 
 class GenerateResponse(BaseModel):
     model: str
+    model_version: int
     seed: int = Field(description="The random seed used; send it back to get the same answer.")
     results: list[GenerateResult] = Field(description="One result per seed molecule, in input order.")

@@ -7,7 +7,8 @@ explicit model control only some of its models are loaded.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,9 @@ class TritonGraph:
             infer_inputs.append(infer_input)
         return infer_inputs
 
+    def requested_outputs(self) -> list[triton_http.InferRequestedOutput]:
+        return [triton_http.InferRequestedOutput(spec.name, binary_data=True) for spec in self.spec.outputs]
+
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, as exported."""
         dims_by_name = {tensor.name: list(tensor.dims) for tensor in self.config.output}
@@ -71,12 +75,15 @@ class TritonGraph:
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A catalogued model whose every graph Triton has loaded."""
+    """A catalogued model whose every graph Triton has loaded, at the version a request uses."""
 
     description: ModelDescription
-    version: int
+    versions: tuple[int, ...]
+    """Every version loaded for all of the model's graphs, oldest first."""
     graphs: dict[GraphRole, TritonGraph]
     sizes: dict[str, int]
+    version: int
+    """The version requests go to: the newest unless one asks for another."""
 
     @property
     def name(self) -> str:
@@ -85,20 +92,24 @@ class ServedModel:
     def graph(self, role: GraphRole) -> TritonGraph:
         return self.graphs[role]
 
+    def at_version(self, version: int) -> ServedModel:
+        return replace(self, version=version)
+
 
 async def discover_models(runner: Any) -> dict[str, ServedModel]:
     """Every catalogued model whose graphs are all READY in Triton, with the configs Triton loaded.
 
     `runner` is the bentoml Triton runner; its client methods are tritonclient's (HTTP, asyncio).
     """
-    ready: dict[str, int] = {}
+    ready: dict[str, set[int]] = defaultdict(set)
     for entry in await runner.get_model_repository_index():
         if entry.get("state") == "READY":
-            ready[entry["name"]] = max(ready.get(entry["name"], 0), int(entry.get("version", 0)))
+            ready[entry["name"]].add(int(entry["version"]))
     served = {}
     for description in MODELS.values():
         names = {graph.role: description.triton_name(graph.role) for graph in description.graphs}
-        if not all(name in ready for name in names.values()):
+        versions = tuple(sorted(set.intersection(*(ready.get(name, set()) for name in names.values()))))
+        if not versions:
             continue
         configs = await asyncio.gather(*(runner.get_model_config(name) for name in names.values()))
         graphs = {
@@ -109,6 +120,5 @@ async def discover_models(runner: Any) -> dict[str, ServedModel]:
             for role, config in zip(names, configs)
         }
         sizes = {key: value for graph in graphs.values() for key, value in graph.sizes().items()}
-        version = min(ready[name] for name in names.values())
-        served[description.name] = ServedModel(description, version, graphs, sizes)
+        served[description.name] = ServedModel(description, versions, graphs, sizes, version=versions[-1])
     return served

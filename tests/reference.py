@@ -19,8 +19,8 @@ CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 class TransformersReference:
     """One sequence at a time, no padding: nothing shared with the service's code path."""
 
-    def __init__(self, model_name: str) -> None:
-        self.folder = CHECKPOINTS / model_name
+    def __init__(self, model_name: str, folder: Path | None = None) -> None:
+        self.folder = folder or CHECKPOINTS / model_name
         self.architecture = MODELS[model_name].architecture
 
     @cached_property

@@ -36,6 +36,13 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
     assert [tuple(t.dims) for t in config.output] == [(-1, 320)]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
+    assert config.version_policy.latest.num_versions == 1 and not config.HasField("response_cache")
+
+
+def test_version_policy_and_response_cache_follow_the_description() -> None:
+    description = replace(ESM2, versions_served=3, response_cache=True)
+    config = text_format.Parse(render_config(description, ESM2.graphs[0], {"hidden_size": 320}), model_config_pb2.ModelConfig())
+    assert config.version_policy.latest.num_versions == 3 and config.response_cache.enable
 
 
 @pytest.mark.parametrize("target", [Target.GPU, Target.GPU_TENSORRT])
