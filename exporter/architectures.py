@@ -212,10 +212,15 @@ def create_default_checkpoint(description: ModelDescription, folder: Path, seed:
 
 
 def load_for_export(description: ModelDescription, folder: Path) -> ExportableModel:
-    """Load a checkpoint folder as the graphs to export, in eval mode."""
-    if not (folder / "config.json").is_file():
+    """Load a checkpoint folder (or a BioNeMo `.nemo` file) as the graphs to export, in eval mode."""
+    from exporter.nemo import NEMO_SUFFIX, load_nemo  # imported here: exporter.nemo builds on this module
+
+    if folder.is_file() and folder.suffix == NEMO_SUFFIX:
+        loaded = load_nemo(description, folder)
+    elif not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder / 'config.json'}: missing; expected a HuggingFace checkpoint folder")
-    loaded = _FAMILIES[description.architecture].load(description, folder)
+    else:
+        loaded = _FAMILIES[description.architecture].load(description, folder)
     for graph in loaded.graphs.values():
         graph.eval()
     return loaded

@@ -1,0 +1,215 @@
+"""BioNeMo `.nemo` checkpoints: written here in Megatron's layout from a small HF model, loaded and exported.
+
+The Megatron state dict is built by hand in this file (the inverse of
+exporter/nemo.py's tables, with query_key_value packed head by head as
+Megatron does), so a mistake in the tables cannot cancel itself out.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from transformers import EsmConfig, EsmModel
+from transformers.models.esm import modeling_esm
+
+from exporter import export_model
+from exporter.architectures import CheckpointError, HiddenStatesEncoder, load_for_export
+from exporter.graph_inputs import encoder_inputs
+from model_catalog import MODELS, GraphRole, ModelDescription
+from preprocessing.vocabularies import ESM_ALPHABET
+
+HIDDEN, LAYERS, HEADS, FFN = 32, 2, 4, 64
+PAD_ID = ESM_ALPHABET.index("<pad>")
+MEGATRON_POSITIONS = 512  # ESM-1nv's seq_length; the exporter verifies up to 300 residues
+PADDED_VOCABULARY = 128  # make_vocab_size_divisible_by
+LM = "model.language_model."
+
+# What BioNeMo's ESM-1nv / ESM-2nv configs set (examples/protein/esm{1,2}nv/conf/base_config.yaml);
+# layernorm_epsilon as YAML writes it, which PyYAML reads as a string.
+ESM1_CONFIG = {"position_embedding_type": "learned_absolute", "max_position_embeddings": MEGATRON_POSITIONS}
+ESM2_CONFIG = {
+    "position_embedding_type": "rope",
+    "max_position_embeddings": 1024,
+    "normalize_attention_scores": False,
+    "use_esm_attention": True,
+    "esm_gelu": True,
+    "bias_gelu_fusion": False,
+    "embedding_token_dropout": True,
+    "mask_token_id": ESM_ALPHABET.index("<mask>"),
+}
+
+
+def hf_model(name: str, seed: int) -> EsmModel:
+    """A small random ESM of `name`'s kind, every parameter perturbed so that no LayerNorm is the identity."""
+    rotary = name == "esm2nv"
+    config = EsmConfig(
+        vocab_size=len(ESM_ALPHABET), pad_token_id=PAD_ID, mask_token_id=ESM_ALPHABET.index("<mask>"),
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+        position_embedding_type="rotary" if rotary else "absolute", token_dropout=rotary,
+        max_position_embeddings=1024 if rotary else MEGATRON_POSITIONS + PAD_ID + 1,
+        emb_layer_norm_before=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-5,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = EsmModel(config, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model
+
+
+def megatron_state_dict(model: EsmModel) -> dict[str, torch.Tensor]:
+    """`model`'s weights under NeMo 1 Megatron-BERT names, with the MLM head a real checkpoint also carries."""
+    hf = model.state_dict()
+    head_dim = HIDDEN // HEADS
+    vocabulary_padding = torch.randn(PADDED_VOCABULARY - len(ESM_ALPHABET), HIDDEN)
+    state = {
+        f"{LM}embedding.word_embeddings.weight": torch.cat(
+            (hf["embeddings.word_embeddings.weight"], vocabulary_padding)
+        ),
+        f"{LM}encoder.final_layernorm.weight": hf["encoder.emb_layer_norm_after.weight"],
+        f"{LM}encoder.final_layernorm.bias": hf["encoder.emb_layer_norm_after.bias"],
+        "model.lm_head.dense.weight": torch.randn(HIDDEN, HIDDEN),
+        "model.lm_head.dense.bias": torch.randn(HIDDEN),
+        "model.lm_head.layernorm.weight": torch.randn(HIDDEN),
+        "model.lm_head.layernorm.bias": torch.randn(HIDDEN),
+        "model.lm_head.bias": torch.randn(PADDED_VOCABULARY),
+    }
+    if model.config.position_embedding_type == "absolute":  # HF numbers positions from padding_idx + 1
+        state[f"{LM}embedding.position_embeddings.weight"] = hf["embeddings.position_embeddings.weight"][PAD_ID + 1 :]
+    else:
+        state[f"{LM}rotary_pos_emb.inv_freq"] = hf["rotary_embeddings.inv_freq"]
+    for layer in range(LAYERS):
+        source, target = f"encoder.layer.{layer}.", f"{LM}encoder.layers.{layer}."
+        for kind in ("weight", "bias"):
+            q, k, v = (hf[f"{source}attention.self.{part}.{kind}"] for part in ("query", "key", "value"))
+            heads = [part[head * head_dim : (head + 1) * head_dim] for head in range(HEADS) for part in (q, k, v)]
+            state[f"{target}self_attention.query_key_value.{kind}"] = torch.cat(heads)
+            state[f"{target}input_layernorm.{kind}"] = hf[f"{source}attention.LayerNorm.{kind}"]
+            state[f"{target}self_attention.dense.{kind}"] = hf[f"{source}attention.output.dense.{kind}"]
+            state[f"{target}post_attention_layernorm.{kind}"] = hf[f"{source}LayerNorm.{kind}"]
+            state[f"{target}mlp.dense_h_to_4h.{kind}"] = hf[f"{source}intermediate.dense.{kind}"]
+            state[f"{target}mlp.dense_4h_to_h.{kind}"] = hf[f"{source}output.dense.{kind}"]
+    return state
+
+
+def megatron_config(name: str, **changes: object) -> dict[str, object]:
+    sizes = {"hidden_size": HIDDEN, "num_layers": LAYERS, "num_attention_heads": HEADS, "ffn_hidden_size": FFN}
+    config = {**sizes, "layernorm_epsilon": "1e-5", **(ESM2_CONFIG if name == "esm2nv" else ESM1_CONFIG), **changes}
+    return {key: value for key, value in config.items() if value is not None}
+
+
+def write_nemo(
+    path: Path, config: dict[str, object] | None, state: dict[str, torch.Tensor], compression: str = ""
+) -> Path:
+    """A `.nemo` tar as NeMo's save_to writes it (members under ./); no config member when `config` is None."""
+    members = {"./model_weights.ckpt": io.BytesIO()}
+    torch.save(state, members["./model_weights.ckpt"])
+    if config is not None:
+        members["./model_config.yaml"] = io.BytesIO(yaml.safe_dump(config).replace("'1e-5'", "1e-5").encode())
+    with tarfile.open(path, f"w:{compression}") as archive:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content.getvalue())
+            content.seek(0)
+            archive.addfile(info, content)
+    return path
+
+
+def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> tuple[np.ndarray, np.ndarray]:
+    """Final hidden states at the real tokens of a padded batch of mixed lengths."""
+    batch = encoder_inputs(description, [1, 7, 40, 250], np.random.default_rng(3))
+    with torch.inference_mode():
+        states = encoder(**{name: torch.from_numpy(array) for name, array in batch.feeds.items()}).numpy()
+    return states[batch.compared], batch.compared
+
+
+@pytest.mark.parametrize(("name", "compression"), [("esm2nv", ""), ("esm1nv", "gz")])
+def test_nemo_checkpoint_loads_as_the_same_model_and_exports(name: str, compression: str, tmp_path: Path) -> None:
+    description = MODELS[name]
+    original = hf_model(name, seed=5)
+    # Erf GELU, as ESM-2nv trains it (bias_gelu_fusion off); the fused tanh GELU has its own test.
+    config = megatron_config(name, bias_gelu_fusion=False)
+    nemo = write_nemo(tmp_path / f"{name}.nemo", config, megatron_state_dict(original), compression)
+
+    loaded = load_for_export(description, nemo).graphs[GraphRole.ENCODER]
+    expected, _ = hidden_states(HiddenStatesEncoder(original), description)
+    np.testing.assert_allclose(hidden_states(loaded, description)[0], expected, rtol=0, atol=1e-5)
+
+    report = export_model(description, nemo, tmp_path / "repository")
+    assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3)]
+    assert report.graphs[0].parity.max_abs_diff < 1e-4
+
+
+def test_fused_bias_gelu_is_megatrons_tanh_approximation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    description = MODELS["esm1nv"]
+    original = hf_model("esm1nv", seed=6)
+    nemo = write_nemo(tmp_path / "esm1.nemo", megatron_config("esm1nv"), megatron_state_dict(original))
+    loaded = load_for_export(description, nemo).graphs[GraphRole.ENCODER]
+    monkeypatch.setattr(modeling_esm, "gelu", lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
+    expected, _ = hidden_states(HiddenStatesEncoder(original), description)
+    np.testing.assert_allclose(hidden_states(loaded, description)[0], expected, rtol=0, atol=1e-5)
+
+
+@pytest.fixture
+def esm2_weights() -> dict[str, torch.Tensor]:
+    return megatron_state_dict(hf_model("esm2nv", seed=7))
+
+
+def test_unknown_key_is_named(esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
+    esm2_weights[f"{LM}encoder.layers.0.self_attention.adapter.weight"] = torch.zeros(2)
+    nemo = write_nemo(tmp_path / "extra.nemo", megatron_config("esm2nv"), esm2_weights)
+    key = rf"{LM}encoder\.layers\.0\.self_attention\.adapter\.weight"
+    with pytest.raises(CheckpointError, match=rf"extra\.nemo: .*unknown key '{key}'"):
+        load_for_export(MODELS["esm2nv"], nemo)
+
+
+def test_missing_key_is_named(esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
+    del esm2_weights[f"{LM}encoder.layers.1.mlp.dense_4h_to_h.bias"]
+    nemo = write_nemo(tmp_path / "short.nemo", megatron_config("esm2nv"), esm2_weights)
+    key = rf"{LM}encoder\.layers\.1\.mlp\.dense_4h_to_h\.bias"
+    with pytest.raises(CheckpointError, match=rf"short\.nemo: .*missing key '{key}'"):
+        load_for_export(MODELS["esm2nv"], nemo)
+
+
+def test_shape_mismatch_names_the_key_and_both_shapes(esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
+    esm2_weights[f"{LM}encoder.layers.0.mlp.dense_h_to_4h.weight"] = torch.zeros(FFN + 1, HIDDEN)
+    nemo = write_nemo(tmp_path / "wide.nemo", megatron_config("esm2nv"), esm2_weights)
+    key = rf"{LM}encoder\.layers\.0\.mlp\.dense_h_to_4h\.weight"
+    with pytest.raises(CheckpointError, match=rf"'{key}' has shape \(65, 32\).*\(64, 32\)"):
+        load_for_export(MODELS["esm2nv"], nemo)
+
+
+def test_qkv_of_the_wrong_size_names_the_key(esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
+    esm2_weights[f"{LM}encoder.layers.1.self_attention.query_key_value.bias"] = torch.zeros(3 * HIDDEN - 1)
+    nemo = write_nemo(tmp_path / "qkv.nemo", megatron_config("esm2nv"), esm2_weights)
+    with pytest.raises(CheckpointError, match=r"query_key_value\.bias' has shape \(95,\)"):
+        load_for_export(MODELS["esm2nv"], nemo)
+
+
+def test_archive_without_config_names_the_member(esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
+    nemo = write_nemo(tmp_path / "bare.nemo", None, esm2_weights)
+    with pytest.raises(CheckpointError, match=r"bare\.nemo: no member 'model_config\.yaml'"):
+        load_for_export(MODELS["esm2nv"], nemo)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"num_layers": None}, r"'num_layers' is missing"),
+        ({"hidden_size": "wide"}, r"'hidden_size'='wide', expected int"),
+        ({"position_embedding_type": "learned_absolute"}, r"'position_embedding_type'='learned_absolute'; esm2nv needs"),
+        ({"use_esm_attention": False}, r"exactly one of 'normalize_attention_scores' and 'use_esm_attention'"),
+    ],
+)
+def test_config_field_problems_name_the_field(
+    changes: dict[str, object], message: str, esm2_weights: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    nemo = write_nemo(tmp_path / "config.nemo", megatron_config("esm2nv", **changes), esm2_weights)
+    with pytest.raises(CheckpointError, match=rf"config\.nemo: model_config\.yaml: {message}"):
+        load_for_export(MODELS["esm2nv"], nemo)
