@@ -9,7 +9,7 @@ model's capabilities. Adding a model means adding a `ModelDescription`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -62,6 +62,13 @@ class TensorSpec:
     doc: str
 
 
+class Precision(str, enum.Enum):
+    """The arithmetic a target runs the graphs in; the export's parity gate has a tolerance per precision."""
+
+    FP32 = "FP32"
+    FP16 = "FP16"
+
+
 class Target(str, enum.Enum):
     """Where Triton runs the exported ONNX graphs; each target has its own generated config.
 
@@ -77,6 +84,10 @@ class Target(str, enum.Enum):
     GPU_TENSORRT = "gpu-tensorrt"
     """As `gpu`, with onnxruntime's TensorRT execution accelerator at FP16."""
 
+    @property
+    def precision(self) -> Precision:
+        return Precision.FP16 if self is Target.GPU_TENSORRT else Precision.FP32
+
 
 @dataclass(frozen=True)
 class BatchingPolicy:
@@ -86,6 +97,11 @@ class BatchingPolicy:
     preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
     max_queue_delay_microseconds: int = 2000
     instance_count: int = 1
+
+    def with_max_batch_size(self, max_batch_size: int) -> BatchingPolicy:
+        """This policy for another `max_batch_size`; Triton refuses preferred sizes above it."""
+        preferred = tuple(size for size in self.preferred_batch_sizes if size <= max_batch_size) or (max_batch_size,)
+        return replace(self, max_batch_size=max_batch_size, preferred_batch_sizes=preferred)
 
 
 @dataclass(frozen=True)

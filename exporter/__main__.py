@@ -1,4 +1,4 @@
-"""Command line: `python -m exporter MODEL --checkpoint DIR` and `python -m exporter defaults`."""
+"""Command line: `python -m exporter export MODEL --checkpoint PATH` and `python -m exporter defaults`."""
 
 from __future__ import annotations
 
@@ -12,30 +12,57 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local folders; n
 
 import transformers  # noqa: E402
 
-from exporter.architectures import CheckpointError, create_default_checkpoint  # noqa: E402
-from exporter.pipeline import export_model  # noqa: E402
-from exporter.verify import DEFAULT_TOLERANCE, ParityError  # noqa: E402
-from model_catalog import MODELS  # noqa: E402
+from exporter.architectures import create_default_checkpoint  # noqa: E402
+from exporter.errors import ExportError  # noqa: E402
+from exporter.pipeline import Optimizer, export_model  # noqa: E402
+from exporter.progress import PrintedProgress  # noqa: E402
+from model_catalog import MODELS, ModelDescription, Target  # noqa: E402
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
 DEFAULT_REPOSITORY = Path("model_repository")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m exporter", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    export = commands.add_parser("export", help="export one checkpoint folder into the model repository")
+    export = commands.add_parser("export", help="export one checkpoint into the model repository")
     export.add_argument("model", choices=sorted(MODELS))
-    export.add_argument("--checkpoint", type=Path, required=True, help="HuggingFace checkpoint folder")
+    export.add_argument(
+        "--checkpoint", type=Path, required=True, help="HuggingFace checkpoint folder or BioNeMo .nemo file"
+    )
     export.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
-    export.add_argument("--version", type=int, default=1)
-    export.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="parity gate, max abs diff")
+    export.add_argument("--version", type=_positive, default=1)
+    export.add_argument(
+        "--target",
+        type=Target,
+        choices=list(Target),
+        default=Target.CPU,
+        metavar="{" + ",".join(target.value for target in Target) + "}",
+        help="where the parity gate (and Navigator) runs the model; every target's config is written either way",
+    )
+    export.add_argument("--max-batch-size", type=_positive, help="Triton's max_batch_size (default: the catalog's)")
+    export.add_argument(
+        "--optimizer",
+        type=Optimizer,
+        choices=list(Optimizer),
+        default=Optimizer.BUILTIN,
+        metavar="{" + ",".join(optimizer.value for optimizer in Optimizer) + "}",
+        help="builtin: torch.onnx; navigator: Triton Model Navigator's optimize (optional extra)",
+    )
+    export.add_argument("--tolerance", type=float, help="parity gate, max abs diff (default: per target precision)")
     export.add_argument(
         "--external-data", action="store_true", help="weights in model.onnx.data (automatic over 2 GB)"
     )
     export.add_argument(
-        "--versions-served", type=int, help="Triton serves the newest N versions side by side (default: the catalog's)"
+        "--versions-served", type=_positive, help="Triton serves the newest N versions side by side (default: 1)"
     )
     export.add_argument("--response-cache", action="store_true", help="enable Triton's response cache for the model")
 
@@ -49,19 +76,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _described(args: argparse.Namespace) -> ModelDescription:
+    """The catalog's description of the model with the command line's serving options applied."""
+    description = MODELS[args.model]
+    batching = description.batching
+    if args.max_batch_size is not None:
+        batching = batching.with_max_batch_size(args.max_batch_size)
+    return replace(
+        description,
+        batching=batching,
+        versions_served=args.versions_served or description.versions_served,
+        response_cache=args.response_cache or description.response_cache,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     transformers.logging.set_verbosity_error()  # e.g. the unused lm_head of an *ForMaskedLM checkpoint
     transformers.logging.disable_progress_bar()
+    progress = PrintedProgress()
     try:
         if args.command == "export":
-            description = replace(
-                MODELS[args.model],
-                versions_served=args.versions_served or MODELS[args.model].versions_served,
-                response_cache=args.response_cache or MODELS[args.model].response_cache,
-            )
             report = export_model(
-                description, args.checkpoint, args.repository, args.version, args.tolerance, args.external_data
+                _described(args),
+                args.checkpoint,
+                args.repository,
+                version=args.version,
+                target=args.target,
+                optimizer=args.optimizer,
+                tolerance=args.tolerance,
+                external_data=args.external_data,
+                progress=progress,
             )
             print(report.summary())
             return 0
@@ -73,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             description = MODELS[name]
             versions = [args.repository / description.triton_name(g.role) / "1" for g in description.graphs]
             if args.force or not all(version.is_dir() for version in versions):
-                print(export_model(description, checkpoint, args.repository).summary())
+                print(export_model(description, checkpoint, args.repository, progress=progress).summary())
             else:
                 print(f"{name}: version 1 exists; skipped (--force exports again)")
         return 0
-    except (CheckpointError, ParityError) as error:
+    except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
+from google.protobuf.message import DecodeError
+from safetensors import SafetensorError
 
+from exporter.errors import CheckpointError
 from model_catalog import Architecture, GraphRole, ModelDescription
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
-from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder cannot be used for a model: the message names the file and the problem."""
+from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
 
 
 class HiddenStatesEncoder(torch.nn.Module):
@@ -75,6 +74,8 @@ _ESM_COMMON: dict[str, Any] = {
     "hidden_dropout_prob": 0.0,
     "attention_probs_dropout_prob": 0.0,
 }
+# Heads of a saved EsmForMaskedLM or EsmModel: the encoder graph serves hidden states, not logits or pooled output.
+ESM_UNUSED_HEADS = ("lm_head.", "contact_head.", "pooler.")
 _ESM_POSITIONS = {
     # facebook/esm1v_t33_650M_UR90S_1 config.json: learned positions, no LayerNorm before the first layer.
     Architecture.ESM1: {"position_embedding_type": "absolute", "emb_layer_norm_before": False},
@@ -138,7 +139,9 @@ def _load_esm(description: ModelDescription, folder: Path) -> ExportableModel:
             f"{config.position_embedding_type!r}; {description.name} needs 'esm' with {expected!r}"
         )
     _check_vocab_size(folder, config.vocab_size, len(ESM_ALPHABET))
-    return _encoder_only(EsmModel.from_pretrained(folder, add_pooling_layer=False))
+    if (folder / "vocab.txt").is_file():
+        _check_vocabulary(folder / "vocab.txt", read_vocabulary(folder / "vocab.txt"), ESM_ALPHABET)
+    return _encoder_only(_from_pretrained(EsmModel, folder, ESM_UNUSED_HEADS, add_pooling_layer=False))
 
 
 def _create_t5_encoder(description: ModelDescription, folder: Path) -> None:
@@ -159,8 +162,31 @@ def _load_t5_encoder(description: ModelDescription, folder: Path) -> ExportableM
     if config.model_type != "t5":
         raise CheckpointError(f"{folder / 'config.json'}: model_type={config.model_type!r}; {description.name} needs 't5'")
     _check_vocab_size(folder, config.vocab_size, len(PROTT5_TOKENS))
+    _check_t5_vocabulary(folder)
     # Eager attention traces to plain ONNX ops; sdpa's masking does not export cleanly for T5.
-    return _encoder_only(T5EncoderModel.from_pretrained(folder, attn_implementation="eager"))
+    return _encoder_only(_from_pretrained(T5EncoderModel, folder, attn_implementation="eager"))
+
+
+def _check_t5_vocabulary(folder: Path) -> None:
+    """Compare the checkpoint's tokenizer.json, or else its sentencepiece model, with ProtT5's vocabulary.
+
+    spiece.model is read as the protobuf it is (the sentencepiece library is not
+    needed): its pieces are the base vocabulary, before T5's <extra_id_N> sentinels.
+    """
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        vocabulary = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab(with_added_tokens=True)
+        found = sorted(vocabulary, key=vocabulary.__getitem__)
+        _check_vocabulary(folder / "tokenizer.json", found, PROTT5_TOKENS)
+    elif (folder / "spiece.model").is_file():
+        from transformers.utils.sentencepiece_model_pb2_new import ModelProto
+
+        try:
+            pieces = [piece.piece for piece in ModelProto.FromString((folder / "spiece.model").read_bytes()).pieces]
+        except DecodeError as error:
+            raise CheckpointError(f"{folder / 'spiece.model'}: not a sentencepiece model ({error})") from error
+        _check_vocabulary(folder / "spiece.model", pieces, PROTT5_BASE_VOCABULARY)
 
 
 def _create_mbart(description: ModelDescription, folder: Path) -> None:
@@ -178,11 +204,40 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
     if config.model_type != "mbart":
         raise CheckpointError(f"{folder / 'config.json'}: model_type={config.model_type!r}; {description.name} needs 'mbart'")
     _check_vocab_size(folder, config.vocab_size, len(MEGAMOLBART_TOKENS))
-    model = MBartForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
+    if (folder / VOCABULARY_FILE.name).is_file():
+        vocabulary = read_vocabulary(folder / VOCABULARY_FILE.name)
+        _check_vocabulary(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
+    model = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
         graphs={GraphRole.ENCODER: HiddenStatesEncoder(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)},
         sizes={"hidden_size": config.d_model, "vocab_size": config.vocab_size},
     )
+
+
+def _from_pretrained(model_class: type, folder: Path, unused_heads: tuple[str, ...] = (), **options: Any) -> Any:
+    """`model_class.from_pretrained(folder)`, where every weight the graphs use must come from the checkpoint.
+
+    transformers only warns about missing weights (it initialises them at
+    random) and names no key for a shape mismatch; both are errors here, as is a
+    weight the model does not know outside `unused_heads` (such as a masked-LM head).
+    """
+    try:
+        model, info = model_class.from_pretrained(
+            folder, output_loading_info=True, ignore_mismatched_sizes=True, **options
+        )
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        raise CheckpointError(f"{folder}: cannot load {model_class.__name__} weights ({error})") from error
+    if info["mismatched_keys"]:
+        key, found, expected = min(info["mismatched_keys"], key=lambda mismatch: mismatch[0])
+        raise CheckpointError(
+            f"{folder}: weight '{key}' has shape {tuple(found)}, config.json implies {tuple(expected)}"
+        )
+    for problem, keys in (("missing", info["missing_keys"]), ("unknown to the model", info["unexpected_keys"])):
+        relevant = sorted(key for key in keys if not key.startswith(unused_heads))
+        if relevant:
+            more = f" (and {len(relevant) - 1} more)" if len(relevant) > 1 else ""
+            raise CheckpointError(f"{folder}: weight '{relevant[0]}' is {problem}{more}")
+    return model.eval()
 
 
 def _encoder_only(encoder: torch.nn.Module) -> ExportableModel:
@@ -194,6 +249,22 @@ def _encoder_only(encoder: torch.nn.Module) -> ExportableModel:
 def _check_vocab_size(folder: Path, found: int, expected: int) -> None:
     if found != expected:
         raise CheckpointError(f"{folder / 'config.json'}: vocab_size={found}, the tokenizer has {expected} tokens")
+
+
+def _check_vocabulary(path: Path, found: Sequence[str], expected: tuple[str, ...]) -> None:
+    """The checkpoint's own tokenizer must give every token the id the service's tokenizer gives it.
+
+    The service tokenizes with `preprocessing`; a checkpoint trained with other
+    ids would answer every request with plausible numbers for the wrong residues.
+    """
+    for token_id, (theirs, ours) in enumerate(zip(found, expected)):
+        if theirs != ours:
+            raise CheckpointError(
+                f"{path}: token id {token_id} is {theirs!r}, the service's tokenizer has {ours!r} there; "
+                "this checkpoint was trained with another vocabulary"
+            )
+    if len(found) != len(expected):
+        raise CheckpointError(f"{path}: {len(found)} tokens, the service's tokenizer has {len(expected)}")
 
 
 _FAMILIES: dict[Architecture, _Family] = {

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
 
 import onnx
 import torch
+from onnx.external_data_helper import uses_external_data
 
 from exporter.graph_inputs import GraphInputs
 from model_catalog import GraphSpec
@@ -21,38 +23,48 @@ def external_data_path(path: Path) -> Path:
     return path.with_name(path.name + EXTERNAL_DATA_SUFFIX)
 
 
-def export_onnx(
-    module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path, external_data: bool = False
-) -> None:
-    """Write `module` to `path` with the legacy (TorchScript) exporter, which matched torch best.
-
-    A model over protobuf's 2 GB limit (ProtT5-XL, ESM-2 3B) makes the exporter
-    write every weight as a file of its own beside the graph; those, or every
-    model when `external_data` is set, are gathered into one `<path>.data` file
-    that onnxruntime and Triton read from the same folder.
-    """
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".trace-") as scratch:
-        traced = Path(scratch) / path.name
-        _trace(module, graph, sample, traced)
-        if not external_data and list(Path(scratch).iterdir()) == [traced]:
-            traced.rename(path)
-            return
-        onnx.save_model(
-            onnx.load(str(traced)),  # also reads the weights the exporter wrote beside the graph
-            str(path),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=external_data_path(path).name,
-            size_threshold=0,
-        )
-        external_data_path(path).chmod(0o644)  # onnx writes it private; Triton may run as another user
-
-
-def _trace(module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path) -> None:
-    dynamic_axes = {
+def dynamic_axes(graph: GraphSpec) -> dict[str, dict[int, str]]:
+    """The batch axis and every -1 dimension of each tensor, named for the ONNX graph."""
+    return {
         spec.name: {0: "batch", **{axis + 1: f"{spec.name}_{axis}" for axis, dim in enumerate(spec.dims) if dim == -1}}
         for spec in graph.inputs + graph.outputs
     }
+
+
+def export_onnx(
+    module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path, external_data: bool = False
+) -> None:
+    """Write `module` to `path` with the legacy (TorchScript) exporter, which matched torch best."""
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".trace-") as scratch:
+        traced = Path(scratch) / path.name
+        _trace(module, graph, sample, traced)
+        install_onnx(traced, path, external_data)
+
+
+def install_onnx(source: Path, path: Path, external_data: bool = False) -> None:
+    """Copy the ONNX model at `source` to `path`, its weights inline or in one `<path>.data` file.
+
+    A model over protobuf's 2 GB limit (ProtT5-XL, ESM-2 3B) comes with its
+    weights outside the graph, often one file per tensor; those, or every model
+    when `external_data` is set, are gathered into one `<path>.data` file that
+    onnxruntime and Triton read from the same folder.
+    """
+    header = onnx.load(str(source), load_external_data=False)
+    if not external_data and not any(uses_external_data(tensor) for tensor in header.graph.initializer):
+        shutil.copyfile(source, path)
+        return
+    onnx.save_model(
+        onnx.load(str(source)),  # also reads the weights stored beside the graph
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=external_data_path(path).name,
+        size_threshold=0,
+    )
+    external_data_path(path).chmod(0o644)  # onnx writes it private; Triton may run as another user
+
+
+def _trace(module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path) -> None:
     # The tracer warns about Python branches on shapes; the parity gate, run on
     # other batch sizes and lengths than the trace, is what proves the graph general.
     with torch.inference_mode(), warnings.catch_warnings():
@@ -63,7 +75,7 @@ def _trace(module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path:
             str(path),
             input_names=[spec.name for spec in graph.inputs],
             output_names=[spec.name for spec in graph.outputs],
-            dynamic_axes=dynamic_axes,
+            dynamic_axes=dynamic_axes(graph),
             opset_version=ONNX_OPSET,
             dynamo=False,
         )

@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import enum
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.architectures import load_for_export
+import torch
+
+from exporter.architectures import ExportableModel, load_for_export
 from exporter.graph_inputs import trace_inputs, verification_inputs
-from exporter.onnx_export import export_onnx, external_data_path
+from exporter.navigator import navigator_version, optimize_with_navigator
+from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, install_onnx
+from exporter.progress import Progress, Silent
 from exporter.triton_config import ONNX_FILE, config_path, render_config
-from exporter.verify import DEFAULT_TOLERANCE, ParityReport, check_parity
-from model_catalog import ModelDescription, Target
+from exporter.verify import PROVIDERS, ParityReport, check_parity
+from model_catalog import GraphSpec, ModelDescription, Target
 
 BACKEND_SOURCE = Path(__file__).parent / "triton_backend" / "model.py"
+GATE_SEED, NAVIGATOR_SEED = 0, 1
+"""Navigator checks itself on other batches than the gate does."""
+
+
+class Optimizer(str, enum.Enum):
+    """What turns the torch graph into the served ONNX file."""
+
+    BUILTIN = "builtin"
+    """torch.onnx's legacy (TorchScript) exporter, which matched torch best here."""
+    NAVIGATOR = "navigator"
+    """Triton Model Navigator's optimize: export, graph optimisation, correctness check, profiling."""
 
 
 @dataclass(frozen=True)
@@ -24,23 +40,35 @@ class GraphReport:
     version_dir: Path
     onnx_bytes: int
     """The graph and its external data, if any."""
+    external_data: bool
     parity: ParityReport
+    configs: list[Path]
 
 
 @dataclass(frozen=True)
 class ExportReport:
     model: str
+    checkpoint: Path
+    target: Target
+    format: str
     graphs: list[GraphReport]
     seconds: float
 
     def summary(self) -> str:
-        lines = [f"{self.model}: exported in {self.seconds:.1f} s"]
+        lines = [
+            f"{self.model}: exported from {self.checkpoint} in {self.seconds:.1f} s",
+            f"  format: {self.format}; verified for target {self.target.value}",
+        ]
         for graph in self.graphs:
-            lines.append(
-                f"  {graph.version_dir} ({graph.onnx_bytes / 2**20:.1f} MiB ONNX): max |onnxruntime - torch| = "
-                f"{graph.parity.max_abs_diff:.2e} over {graph.parity.values_compared} values in "
-                f"{graph.parity.batches} padded batches"
-            )
+            parity = graph.parity
+            weights = f", weights in {external_data_path(Path(ONNX_FILE)).name}" if graph.external_data else ""
+            lines += [
+                f"  {graph.triton_name}: {graph.version_dir / ONNX_FILE} ({graph.onnx_bytes / 2**20:.1f} MiB{weights})",
+                f"    parity: max |onnxruntime - torch| = {parity.max_abs_diff:.2e} <= {parity.tolerance:.0e} "
+                f"({self.target.precision.value} on {parity.provider}), {parity.values_compared:,} values in "
+                f"{parity.batches} padded batches of mixed lengths",
+                f"    configs: {', '.join(str(path) for path in graph.configs)}",
+            ]
         return "\n".join(lines)
 
 
@@ -48,47 +76,95 @@ def export_model(
     description: ModelDescription,
     checkpoint: Path,
     repository: Path,
+    *,
     version: int = 1,
-    tolerance: float = DEFAULT_TOLERANCE,
+    target: Target = Target.CPU,
+    optimizer: Optimizer = Optimizer.BUILTIN,
+    tolerance: float | None = None,
     external_data: bool = False,
+    progress: Progress = Silent(),
 ) -> ExportReport:
-    """Export every graph of `checkpoint` as `repository/<triton name>/<version>`.
+    """Export every graph of `checkpoint` as `repository/<triton name>/<version>`, with every target's config.
 
-    Nothing is written unless every graph passes the parity gate. Weights go to
-    ONNX external data when a graph is over 2 GB, or always with `external_data`.
+    Nothing is written unless every graph passes the parity gate on `target`'s
+    execution provider (`tolerance` defaults to the one of its precision).
+    Weights go to ONNX external data when a graph is over 2 GB, or always with
+    `external_data`.
     """
     started = time.perf_counter()
-    loaded = load_for_export(description, checkpoint)
+    if optimizer is Optimizer.NAVIGATOR:
+        onnx_format = f"ONNX from Triton Model Navigator {navigator_version()}"  # fails before a long load
+    else:
+        onnx_format = f"ONNX opset {ONNX_OPSET}, torch.onnx legacy exporter"
+    with progress.stage("load", f"{description.name} from {checkpoint}"):
+        loaded = load_for_export(description, checkpoint)
     repository.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
-        staged: dict[str, tuple[Path, ParityReport]] = {}
+        staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
         for graph in description.graphs:
             name = description.triton_name(graph.role)
-            module = loaded.graphs[graph.role]
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
-            sample = trace_inputs(description, graph.role, loaded.graphs)
-            export_onnx(module, graph, sample, version_dir / ONNX_FILE, external_data)
-            batches = verification_inputs(description, graph.role, loaded.graphs, seed=0)
-            parity = check_parity(module, version_dir / ONNX_FILE, graph, batches, name, tolerance)
+            with progress.stage("convert", f"{name} to ONNX ({optimizer.value})"):
+                _convert(description, graph, loaded, optimizer, target, version_dir / ONNX_FILE, external_data)
+            provider = PROVIDERS[target][0][0]
+            with progress.stage("verify", f"{name} against torch on {provider}"):
+                batches = verification_inputs(description, graph.role, loaded.graphs, seed=GATE_SEED)
+                module = loaded.graphs[graph.role]
+                parity = check_parity(module, version_dir / ONNX_FILE, graph, batches, name, target, tolerance)
             shutil.copy(BACKEND_SOURCE, version_dir / "model.py")
-            for target in Target:
-                config_file = version_dir.parent / config_path(target)
-                config_file.parent.mkdir(exist_ok=True)
-                config_file.write_text(render_config(description, graph, loaded.sizes, target))
-            staged[name] = (version_dir, parity)
-        reports = []
-        for name, (staged_version, parity) in staged.items():
-            model_dir = repository / name
-            model_dir.mkdir(exist_ok=True)
-            published = model_dir / str(version)
-            shutil.rmtree(published, ignore_errors=True)
-            staged_version.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
-            staged_version.rename(published)
-            for target in Target:
-                (model_dir / config_path(target)).parent.mkdir(exist_ok=True)
-                shutil.move(str(staged_version.parent / config_path(target)), model_dir / config_path(target))
-            onnx_files = [published / ONNX_FILE, external_data_path(published / ONNX_FILE)]
-            onnx_bytes = sum(path.stat().st_size for path in onnx_files if path.exists())
-            reports.append(GraphReport(name, published, onnx_bytes, parity))
-    return ExportReport(model=description.name, graphs=reports, seconds=time.perf_counter() - started)
+            staged[graph] = (version_dir, parity)
+        names = ", ".join(description.triton_name(graph.role) for graph in staged)
+        with progress.stage("write", f"{names} version {version} into {repository}"):
+            reports = [
+                _publish(description, graph, loaded, repository, staged_version, parity)
+                for graph, (staged_version, parity) in staged.items()
+            ]
+    return ExportReport(description.name, checkpoint, target, onnx_format, reports, time.perf_counter() - started)
+
+
+def _convert(
+    description: ModelDescription,
+    graph: GraphSpec,
+    loaded: ExportableModel,
+    optimizer: Optimizer,
+    target: Target,
+    path: Path,
+    external_data: bool,
+) -> None:
+    module: torch.nn.Module = loaded.graphs[graph.role]
+    if optimizer is Optimizer.BUILTIN:
+        export_onnx(module, graph, trace_inputs(description, graph.role, loaded.graphs), path, external_data)
+        return
+    samples = verification_inputs(description, graph.role, loaded.graphs, seed=NAVIGATOR_SEED)
+    workspace = path.parent.parent / ".navigator"
+    best = optimize_with_navigator(module, graph, samples, target, description.batching.max_batch_size, workspace)
+    install_onnx(best, path, external_data)
+    shutil.rmtree(workspace)
+
+
+def _publish(
+    description: ModelDescription,
+    graph: GraphSpec,
+    loaded: ExportableModel,
+    repository: Path,
+    staged_version: Path,
+    parity: ParityReport,
+) -> GraphReport:
+    """Move a verified version into the repository and write the model's config for every target."""
+    model_dir = repository / description.triton_name(graph.role)
+    model_dir.mkdir(exist_ok=True)
+    published = model_dir / staged_version.name
+    shutil.rmtree(published, ignore_errors=True)
+    staged_version.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
+    staged_version.rename(published)
+    configs = []
+    for target in Target:
+        config_file = model_dir / config_path(target)
+        config_file.parent.mkdir(exist_ok=True)
+        config_file.write_text(render_config(description, graph, loaded.sizes, target))
+        configs.append(config_file)
+    onnx_files = [published / ONNX_FILE, external_data_path(published / ONNX_FILE)]
+    onnx_bytes = sum(path.stat().st_size for path in onnx_files if path.exists())
+    external = external_data_path(published / ONNX_FILE).exists()
+    return GraphReport(description.triton_name(graph.role), published, onnx_bytes, external, parity, configs)

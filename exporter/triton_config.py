@@ -13,7 +13,6 @@ from tritonclient.grpc import model_config_pb2
 from model_catalog import GraphSpec, ModelDescription, Target
 
 ONNX_FILE = "model.onnx"
-TENSORRT_PRECISION = "FP16"
 
 
 def config_path(target: Target) -> str:
@@ -58,7 +57,7 @@ def build_config(
         config.default_model_filename = ONNX_FILE
     if target is Target.GPU_TENSORRT:
         accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
-        accelerator.parameters["precision_mode"] = TENSORRT_PRECISION
+        accelerator.parameters["precision_mode"] = target.precision.value
     return config
 
 

@@ -19,6 +19,7 @@ from rdkit.Chem import rdFingerprintGenerator
 
 from preprocessing.errors import SequenceError
 from preprocessing.batching import TokenBatch, pad_batch
+from preprocessing.vocabularies import read_vocabulary
 
 RDLogger.DisableLog("rdApp.*")  # parse failures are answered to the client, not logged
 
@@ -26,7 +27,9 @@ SMILES_REGEX = re.compile(
     r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}|[0-9]|.)"
 )
 VOCABULARY_FILE = Path(__file__).parent / "vocab" / "megamolbart.vocab"
-MEGAMOLBART_TOKENS: tuple[str, ...] = tuple(line.strip() for line in VOCABULARY_FILE.read_text().splitlines() if line.strip())
+
+
+MEGAMOLBART_TOKENS: tuple[str, ...] = read_vocabulary(VOCABULARY_FILE)
 PAD, UNKNOWN, BEGIN, END = "<PAD>", "?", "^", "&"
 FIRST_CHEMISTRY_ID = 272
 """Ids below this are special, property and unused tokens; SMILES only produce ids from here on."""

@@ -1,0 +1,104 @@
+"""`python -m exporter export`: stages shown as they run, a summary, serving options, and the Navigator path."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import onnx
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from exporter.__main__ import main
+from exporter.architectures import create_default_checkpoint
+from exporter.errors import OptimizerUnavailable
+from exporter.pipeline import Optimizer, export_model
+from model_catalog import MODELS, Target
+
+TINY_ESM2 = replace(
+    MODELS["esm2nv"],
+    default_checkpoint_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cli") / "esm2"
+    create_default_checkpoint(TINY_ESM2, folder, seed=3)
+    return folder
+
+
+def read_config(path: Path) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+def test_export_shows_each_stage_and_ends_with_a_summary(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["export", "esm2nv", "--checkpoint", str(checkpoint), "--repository", str(tmp_path), "--version", "4"]
+    assert main([*arguments, "--max-batch-size", "12"]) == 0
+    output = capsys.readouterr()
+    stages = [line.split()[0] for line in output.err.splitlines() if line.endswith(("...", " s"))]
+    assert stages == ["load", "load", "convert", "convert", "verify", "verify", "write", "write"]
+    assert all("done in" in line for line in output.err.splitlines() if not line.endswith("..."))
+    summary = output.out
+    assert f"esm2nv: exported from {checkpoint} in " in summary
+    assert "format: ONNX opset 17, torch.onnx legacy exporter; verified for target cpu" in summary
+    assert f"{tmp_path / 'esm2nv' / '4' / 'model.onnx'} (" in summary and "MiB)" in summary
+    assert "<= 1e-04 (FP32 on CPUExecutionProvider)" in summary and "3 padded batches" in summary
+    assert f"configs: {tmp_path / 'esm2nv' / 'config.pbtxt'}, {tmp_path / 'esm2nv' / 'configs' / 'gpu.pbtxt'}" in summary
+    for config_file in (tmp_path / "esm2nv").glob("**/*.pbtxt"):
+        config = read_config(config_file)
+        assert config.max_batch_size == 12
+        assert list(config.dynamic_batching.preferred_batch_size) == [8]  # 16 and 32 are over the maximum
+
+
+def test_an_unreadable_checkpoint_exits_1_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "esm2nv", "--checkpoint", str(tmp_path / "nowhere"), "--repository", str(tmp_path)]) == 1
+    output = capsys.readouterr()
+    assert f"error: {tmp_path / 'nowhere' / 'config.json'}: missing" in output.err
+    assert "load    esm2nv" in output.err and "failed after" in output.err
+    assert "Traceback" not in output.err
+
+
+def test_a_gpu_target_without_a_cuda_onnxruntime_is_refused_plainly(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repository = tmp_path / "repository"
+    arguments = ["export", "esm2nv", "--checkpoint", str(checkpoint), "--repository", str(repository), "--target", "gpu"]
+    assert main(arguments) == 1
+    error = capsys.readouterr().err
+    assert "error: --target gpu: this onnxruntime has no CUDAExecutionProvider" in error
+    assert "--target cpu (every target's config is written either way)" in error
+    assert list(repository.iterdir()) == []
+
+
+def test_navigator_missing_is_said_plainly_before_loading(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "model_navigator", None)  # what an environment without it looks like
+    with pytest.raises(OptimizerUnavailable, match=r"needs Triton Model Navigator, which is not installed"):
+        export_model(TINY_ESM2, checkpoint, tmp_path, optimizer=Optimizer.NAVIGATOR)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tmp_path: Path) -> None:
+    """The real nav.torch.optimize (installed with --no-deps on CPU hosts) picks ONNX; the gate checks it again."""
+    pytest.importorskip("model_navigator", reason="make install installs it; see requirements/navigator-cpu.txt")
+    tiny = replace(TINY_ESM2, batching=TINY_ESM2.batching.with_max_batch_size(4))
+    report = export_model(tiny, checkpoint, tmp_path, target=Target.CPU, optimizer=Optimizer.NAVIGATOR)
+    assert report.format.startswith("ONNX from Triton Model Navigator 0.14")
+    (graph,) = report.graphs
+    assert graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3
+    assert sorted(path.name for path in graph.version_dir.iterdir()) == ["model.onnx", "model.py"]
+    assert not list(tmp_path.glob(".export-*"))
+    # The graph Navigator wrote has the tensors the generated config declares, every variable axis dynamic.
+    config = read_config(tmp_path / "esm2nv" / "config.pbtxt")
+    model = onnx.load(str(graph.version_dir / "model.onnx"))
+    for declared, actual in ((config.input, model.graph.input), (config.output, model.graph.output)):
+        assert [tensor.name for tensor in declared] == [tensor.name for tensor in actual]
+        for tensor, value in zip(declared, actual):
+            shape = value.type.tensor_type.shape.dim
+            assert shape[0].dim_param and [d.dim_value or -1 for d in shape[1:]] == list(tensor.dims)

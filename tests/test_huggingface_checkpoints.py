@@ -1,0 +1,185 @@
+"""HuggingFace checkpoint folders as users bring them, written with `save_pretrained` of the real classes.
+
+ESM-1 and ESM-2 as `EsmForMaskedLM` (facebook/esm2_* on the hub) or bare
+`EsmModel`; ProtT5 as a whole `T5ForConditionalGeneration` with only a
+sentencepiece `spiece.model` (Rostlab/prot_t5_xl_uniref50's layout) or as a
+`T5EncoderModel` with `tokenizer.json`. Each must load as the same network
+(compared on padded batches of mixed lengths) and pass the export's gate.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import (
+    EsmConfig,
+    EsmForMaskedLM,
+    EsmModel,
+    EsmTokenizer,
+    PreTrainedModel,
+    T5Config,
+    T5EncoderModel,
+    T5ForConditionalGeneration,
+    T5Tokenizer,
+)
+from transformers.utils.sentencepiece_model_pb2_new import ModelProto
+
+from exporter import export_model
+from exporter.architectures import HiddenStatesEncoder, load_for_export
+from exporter.errors import CheckpointError
+from exporter.graph_inputs import encoder_inputs
+from model_catalog import MODELS, GraphRole, ModelDescription
+from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
+
+ESM_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+T5_SIZES = {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 1, "num_heads": 4}
+
+
+def perturbed(model: PreTrainedModel, seed: int) -> PreTrainedModel:
+    """Every parameter moved off its initial value, so that no LayerNorm is the identity and no bias zero."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model.eval()
+
+
+def esm_checkpoint(folder: Path, name: str, model_class: type[PreTrainedModel]) -> EsmModel:
+    """An ESM folder as transformers saves it, with its vocab.txt; returns the encoder to compare with."""
+    config = EsmConfig(
+        vocab_size=len(ESM_ALPHABET), pad_token_id=1, mask_token_id=32, token_dropout=name == "esm2nv",
+        position_embedding_type="rotary" if name == "esm2nv" else "absolute", max_position_embeddings=1026,
+        emb_layer_norm_before=False, layer_norm_eps=1e-5, **ESM_SIZES,
+    )  # fmt: skip
+    model = perturbed(model_class(config), seed=3)
+    model.save_pretrained(folder)
+    (folder / "vocab.txt").write_text("\n".join(ESM_ALPHABET) + "\n")
+    EsmTokenizer(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    return model.esm if isinstance(model, EsmForMaskedLM) else model
+
+
+def write_spiece_model(path: Path, pieces: tuple[str, ...]) -> None:
+    """A sentencepiece model file with `pieces` in id order: <pad>, </s> control, <unk> unknown, the residues."""
+    model = ModelProto()
+    kinds = {0: ModelProto.SentencePiece.CONTROL, 1: ModelProto.SentencePiece.CONTROL, 2: ModelProto.SentencePiece.UNKNOWN}
+    for token_id, piece in enumerate(pieces):
+        model.pieces.add(piece=piece, score=0.0, type=kinds.get(token_id, ModelProto.SentencePiece.NORMAL))
+    path.write_bytes(model.SerializeToString())
+
+
+def t5_checkpoint(folder: Path, whole_seq2seq: bool) -> T5EncoderModel:
+    """ProtT5 as a whole T5 with spiece.model only, or as an encoder with tokenizer.json; returns the encoder."""
+    config = T5Config(vocab_size=len(PROTT5_TOKENS), feed_forward_proj="relu", dropout_rate=0.0, **T5_SIZES)
+    model = perturbed((T5ForConditionalGeneration if whole_seq2seq else T5EncoderModel)(config), seed=4)
+    model.save_pretrained(folder)
+    if whole_seq2seq:
+        write_spiece_model(folder / "spiece.model", PROTT5_BASE_VOCABULARY)
+    else:
+        sentinels = [token for token in PROTT5_TOKENS if token.startswith("<extra_id_")]
+        vocabulary = [(token, 0.0) for token in PROTT5_TOKENS]
+        T5Tokenizer(vocab=vocabulary, extra_ids=0, additional_special_tokens=sentinels).save_pretrained(folder)
+    encoder = T5EncoderModel(config).eval()
+    encoder.load_state_dict(model.state_dict(), strict=False)  # the encoder half of the same weights
+    return encoder
+
+
+def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> np.ndarray:
+    """Final hidden states at the real tokens of a padded batch of mixed lengths."""
+    batch = encoder_inputs(description, [1, 7, 40, 250], np.random.default_rng(3))
+    with torch.inference_mode():
+        states = encoder(**{name: torch.from_numpy(array) for name, array in batch.feeds.items()}).numpy()
+    return states[batch.compared]
+
+
+def assert_loads_as(original: torch.nn.Module, description: ModelDescription, folder: Path, tmp_path: Path) -> None:
+    loaded = load_for_export(description, folder).graphs[GraphRole.ENCODER]
+    expected = hidden_states(HiddenStatesEncoder(original.eval()), description)
+    np.testing.assert_allclose(hidden_states(loaded, description), expected, rtol=0, atol=1e-5)
+    (graph,) = export_model(description, folder, tmp_path / "repository").graphs
+    assert graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3
+
+
+@pytest.mark.parametrize("model_class", [EsmForMaskedLM, EsmModel])
+@pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
+def test_esm_folders_load_as_the_same_network_and_export(
+    name: str, model_class: type[PreTrainedModel], tmp_path: Path
+) -> None:
+    original = esm_checkpoint(tmp_path / "checkpoint", name, model_class)
+    assert_loads_as(original, MODELS[name], tmp_path / "checkpoint", tmp_path)
+
+
+@pytest.mark.parametrize("whole_seq2seq", [True, False], ids=["t5-with-spiece-model", "t5-encoder-with-tokenizer-json"])
+def test_prott5_folders_load_as_the_same_encoder_and_export(whole_seq2seq: bool, tmp_path: Path) -> None:
+    original = t5_checkpoint(tmp_path / "checkpoint", whole_seq2seq)
+    assert_loads_as(original, MODELS["prott5nv"], tmp_path / "checkpoint", tmp_path)
+
+
+def test_esm_vocabulary_with_other_ids_is_refused_naming_the_file(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoint"
+    esm_checkpoint(folder, "esm2nv", EsmForMaskedLM)
+    swapped = list(ESM_ALPHABET)
+    swapped[4], swapped[5] = swapped[5], swapped[4]  # L and A trade ids
+    (folder / "vocab.txt").write_text("\n".join(swapped) + "\n")
+    with pytest.raises(CheckpointError, match=r"vocab\.txt: token id 4 is 'A', the service's tokenizer has 'L'"):
+        load_for_export(MODELS["esm2nv"], folder)
+
+
+def test_sentencepiece_vocabulary_with_other_ids_is_refused_naming_the_file(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoint"
+    t5_checkpoint(folder, whole_seq2seq=True)
+    write_spiece_model(folder / "spiece.model", PROTT5_BASE_VOCABULARY[:3] + PROTT5_BASE_VOCABULARY[4:] + ("▁A",))
+    with pytest.raises(CheckpointError, match=r"spiece\.model: token id 3 is '▁L', the service's tokenizer has '▁A'"):
+        load_for_export(MODELS["prott5nv"], folder)
+
+
+@pytest.fixture
+def esm2_folder(tmp_path: Path) -> Path:
+    esm_checkpoint(tmp_path / "checkpoint", "esm2nv", EsmModel)
+    return tmp_path / "checkpoint"
+
+
+def edit_weights(folder: Path, edit: callable) -> None:
+    weights = load_file(folder / "model.safetensors")
+    edit(weights)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_a_missing_weight_is_an_error_naming_the_key(esm2_folder: Path) -> None:
+    edit_weights(esm2_folder, lambda weights: weights.pop("encoder.layer.1.output.dense.bias"))
+    with pytest.raises(CheckpointError, match=r"checkpoint: weight 'encoder\.layer\.1\.output\.dense\.bias' is missing"):
+        load_for_export(MODELS["esm2nv"], esm2_folder)
+
+
+def test_an_unknown_weight_is_an_error_naming_the_key(esm2_folder: Path) -> None:
+    edit_weights(esm2_folder, lambda weights: weights.update({"encoder.adapter.weight": torch.zeros(2)}))
+    with pytest.raises(CheckpointError, match=r"weight 'encoder\.adapter\.weight' is unknown to the model"):
+        load_for_export(MODELS["esm2nv"], esm2_folder)
+
+
+def test_a_shape_mismatch_names_the_key_and_both_shapes(esm2_folder: Path) -> None:
+    config = json.loads((esm2_folder / "config.json").read_text())
+    (esm2_folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    with pytest.raises(CheckpointError, match=r"weight 'encoder\.layer\.0\.intermediate\.dense\.bias' has shape \(64,\), "
+                       r"config\.json implies \(96,\)"):  # fmt: skip
+        load_for_export(MODELS["esm2nv"], esm2_folder)
+
+
+def test_a_folder_without_weights_is_named(esm2_folder: Path) -> None:
+    (esm2_folder / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"checkpoint: cannot load EsmModel weights .*no file named model\.safetensors"):
+        load_for_export(MODELS["esm2nv"], esm2_folder)
+
+
+def test_a_checkpoint_of_another_architecture_is_named(esm2_folder: Path, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"config\.json: model_type='esm', .*esm1nv needs 'esm' with 'absolute'"):
+        load_for_export(MODELS["esm1nv"], esm2_folder)
+    t5_checkpoint(tmp_path / "t5", whole_seq2seq=False)
+    with pytest.raises(CheckpointError, match=r"t5/config\.json: model_type='t5'.*esm2nv needs 'esm'"):
+        load_for_export(MODELS["esm2nv"], tmp_path / "t5")
+    shutil.rmtree(tmp_path / "t5")
