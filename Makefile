@@ -8,7 +8,7 @@ MODELS_READY := model_repository/.exported
 # The tritonserver base image's Python and glibc (bentofile.yaml); tests/test_packaging.py checks they agree.
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_39
-EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/triton_backend/*.py preprocessing/*.py)
+EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)

@@ -175,7 +175,8 @@ MODELS: dict[str, ModelDescription] = {
             name="esm1nv",
             architecture=Architecture.ESM1,
             tokenizer=TokenizerKind.ESM,
-            max_length=512,
+            # BioNeMo's ESM-1nv has 512 positions (seq_length), <cls> and <eos> included.
+            max_length=510,
             # ESM-1 layers (learned absolute positions) at a small width.
             default_checkpoint_config={
                 "hidden_size": 256,
@@ -204,7 +205,8 @@ MODELS: dict[str, ModelDescription] = {
             name="prott5nv",
             architecture=Architecture.T5_ENCODER,
             tokenizer=TokenizerKind.PROTT5,
-            max_length=512,
+            # BioNeMo's ProtT5nv has 512 positions (seq_length), </s> included.
+            max_length=511,
             # ProtT5-XL's encoder layout (relative attention buckets, ReLU
             # feed-forward, no biases) at a small width.
             default_checkpoint_config={

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import os
 import sys
 from dataclasses import replace
@@ -29,6 +30,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _choice(parser: argparse.ArgumentParser, flag: str, default: enum.Enum, help: str) -> None:
+    """An option taking one value of `default`'s enum, listed by value."""
+    kind = type(default)
+    metavar = "{" + ",".join(member.value for member in kind) + "}"
+    parser.add_argument(flag, type=kind, choices=list(kind), default=default, metavar=metavar, help=help)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m exporter", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -40,23 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     export.add_argument("--version", type=_positive, default=1)
-    export.add_argument(
-        "--target",
-        type=Target,
-        choices=list(Target),
-        default=Target.CPU,
-        metavar="{" + ",".join(target.value for target in Target) + "}",
-        help="where the parity gate (and Navigator) runs the model; every target's config is written either way",
-    )
+    _choice(export, "--target", Target.CPU, "where the parity gate (and Navigator) runs; every target's config is written")
     export.add_argument("--max-batch-size", type=_positive, help="Triton's max_batch_size (default: the catalog's)")
-    export.add_argument(
-        "--optimizer",
-        type=Optimizer,
-        choices=list(Optimizer),
-        default=Optimizer.BUILTIN,
-        metavar="{" + ",".join(optimizer.value for optimizer in Optimizer) + "}",
-        help="builtin: torch.onnx; navigator: Triton Model Navigator's optimize (optional extra)",
-    )
+    _choice(export, "--optimizer", Optimizer.BUILTIN, "builtin: torch.onnx; navigator: Triton Model Navigator (optional)")
     export.add_argument("--tolerance", type=float, help="parity gate, max abs diff (default: per target precision)")
     export.add_argument(
         "--external-data", action="store_true", help="weights in model.onnx.data (automatic over 2 GB)"

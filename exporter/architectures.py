@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 from google.protobuf.message import DecodeError
 from safetensors import SafetensorError
 
 from exporter.errors import CheckpointError
 from model_catalog import Architecture, GraphRole, ModelDescription
+from preprocessing import tokenizer_for
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
 
@@ -61,6 +63,8 @@ class ExportableModel:
 
     graphs: dict[GraphRole, torch.nn.Module]
     sizes: dict[str, int]
+    max_positions: int | None
+    """Most tokens one input can have (learned position tables); None where positions are relative or rotary."""
 
 
 # Settings every released ESM checkpoint shares (facebook/esm*_UR50* config.json).
@@ -211,6 +215,7 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
     return ExportableModel(
         graphs={GraphRole.ENCODER: HiddenStatesEncoder(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)},
         sizes={"hidden_size": config.d_model, "vocab_size": config.vocab_size},
+        max_positions=config.max_position_embeddings,
     )
 
 
@@ -241,8 +246,13 @@ def _from_pretrained(model_class: type, folder: Path, unused_heads: tuple[str, .
 
 
 def _encoder_only(encoder: torch.nn.Module) -> ExportableModel:
+    config = encoder.config
+    # ESM numbers learned positions from padding_idx + 1 (fairseq); rotary (ESM-2) and relative (T5) have no table.
+    learned = getattr(config, "position_embedding_type", None) == "absolute"
     return ExportableModel(
-        graphs={GraphRole.ENCODER: HiddenStatesEncoder(encoder)}, sizes={"hidden_size": encoder.config.hidden_size}
+        graphs={GraphRole.ENCODER: HiddenStatesEncoder(encoder)},
+        sizes={"hidden_size": config.hidden_size},
+        max_positions=config.max_position_embeddings - config.pad_token_id - 1 if learned else None,
     )
 
 
@@ -292,6 +302,17 @@ def load_for_export(description: ModelDescription, folder: Path) -> ExportableMo
         raise CheckpointError(f"{folder / 'config.json'}: missing; expected a HuggingFace checkpoint folder")
     else:
         loaded = _FAMILIES[description.architecture].load(description, folder)
+    _check_positions(description, loaded, folder)
     for graph in loaded.graphs.values():
         graph.eval()
     return loaded
+
+
+def _check_positions(description: ModelDescription, loaded: ExportableModel, checkpoint: Path) -> None:
+    """The longest input the service accepts for the model must fit the checkpoint's position table."""
+    longest = len(tokenizer_for(description).wrap(np.zeros(description.max_length, dtype=np.int64)))
+    if loaded.max_positions is not None and longest > loaded.max_positions:
+        raise CheckpointError(
+            f"{checkpoint}: the model has {loaded.max_positions} positions, but {description.name} accepts "
+            f"{description.max_length} tokens of input ({longest} with its special tokens)"
+        )

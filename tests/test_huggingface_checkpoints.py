@@ -50,11 +50,14 @@ def perturbed(model: PreTrainedModel, seed: int) -> PreTrainedModel:
     return model.eval()
 
 
-def esm_checkpoint(folder: Path, name: str, model_class: type[PreTrainedModel]) -> EsmModel:
+def esm_checkpoint(
+    folder: Path, name: str, model_class: type[PreTrainedModel], max_position_embeddings: int = 1026
+) -> EsmModel:
     """An ESM folder as transformers saves it, with its vocab.txt; returns the encoder to compare with."""
     config = EsmConfig(
         vocab_size=len(ESM_ALPHABET), pad_token_id=1, mask_token_id=32, token_dropout=name == "esm2nv",
-        position_embedding_type="rotary" if name == "esm2nv" else "absolute", max_position_embeddings=1026,
+        position_embedding_type="rotary" if name == "esm2nv" else "absolute",
+        max_position_embeddings=max_position_embeddings,
         emb_layer_norm_before=False, layer_norm_eps=1e-5, **ESM_SIZES,
     )  # fmt: skip
     model = perturbed(model_class(config), seed=3)
@@ -183,3 +186,13 @@ def test_a_checkpoint_of_another_architecture_is_named(esm2_folder: Path, tmp_pa
     with pytest.raises(CheckpointError, match=r"t5/config\.json: model_type='t5'.*esm2nv needs 'esm'"):
         load_for_export(MODELS["esm2nv"], tmp_path / "t5")
     shutil.rmtree(tmp_path / "t5")
+
+
+def test_a_position_table_shorter_than_the_length_limit_is_refused(tmp_path: Path) -> None:
+    """ESM numbers positions from padding_idx + 1: 300 rows hold 298 tokens, fewer than esm1nv's 510 residues."""
+    esm_checkpoint(tmp_path / "checkpoint", "esm1nv", EsmModel, max_position_embeddings=300)
+    with pytest.raises(CheckpointError, match=r"checkpoint: the model has 298 positions, but esm1nv accepts 510 tokens "
+                       r"of input \(512 with its special tokens\)"):  # fmt: skip
+        load_for_export(MODELS["esm1nv"], tmp_path / "checkpoint")
+    esm_checkpoint(tmp_path / "fits", "esm1nv", EsmModel, max_position_embeddings=514)
+    load_for_export(MODELS["esm1nv"], tmp_path / "fits")

@@ -1,13 +1,15 @@
 """BioNeMo `.nemo` checkpoints: written here in Megatron's layout from a small HF model, loaded and exported.
 
 The Megatron state dict is built by hand in this file (the inverse of
-exporter/nemo.py's tables, with query_key_value packed head by head as
-Megatron does), so a mistake in the tables cannot cancel itself out.
+exporter/nemo/esm.py's table, with query_key_value packed head by head as
+Megatron does), so a mistake in the tables cannot cancel itself out. The
+archive helpers here serve test_nemo_encoder_decoder.py too.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 
@@ -23,6 +25,10 @@ from exporter.architectures import CheckpointError, HiddenStatesEncoder, load_fo
 from exporter.graph_inputs import encoder_inputs
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing.vocabularies import ESM_ALPHABET
+
+ARTIFACT_HEX = "0b5c1a6f2d3e4f5a6b7c8d9e0f1a2b3c"
+"""NeMo names the files it packs `<uuid4 hex>_<file name>` and model_config.yaml refers to them as `nemo:<that>`."""
+VOCABULARY_MEMBER = f"{ARTIFACT_HEX}_protein_sequence_sentencepiece.vocab"
 
 HIDDEN, LAYERS, HEADS, FFN = 32, 2, 4, 64
 PAD_ID = ESM_ALPHABET.index("<pad>")
@@ -56,17 +62,26 @@ def hf_model(name: str, seed: int) -> EsmModel:
         emb_layer_norm_before=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-5,
     )  # fmt: skip
     torch.manual_seed(seed)
-    model = EsmModel(config, add_pooling_layer=False).eval()
+    return perturbed(EsmModel(config, add_pooling_layer=False).eval())
+
+
+def perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with every parameter moved by noise, so that no LayerNorm is the identity and no bias zero."""
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.1)
     return model
 
 
+def pack_per_head(parts: tuple[torch.Tensor, ...], heads: int) -> torch.Tensor:
+    """Fused projection rows as Megatron keeps them: head 0's rows of each part, then head 1's, ..."""
+    size = len(parts[0]) // heads
+    return torch.cat([part[head * size : (head + 1) * size] for head in range(heads) for part in parts])
+
+
 def megatron_state_dict(model: EsmModel) -> dict[str, torch.Tensor]:
     """`model`'s weights under NeMo 1 Megatron-BERT names, with the MLM head a real checkpoint also carries."""
     hf = model.state_dict()
-    head_dim = HIDDEN // HEADS
     vocabulary_padding = torch.randn(PADDED_VOCABULARY - len(ESM_ALPHABET), HIDDEN)
     state = {
         f"{LM}embedding.word_embeddings.weight": torch.cat(
@@ -87,9 +102,8 @@ def megatron_state_dict(model: EsmModel) -> dict[str, torch.Tensor]:
     for layer in range(LAYERS):
         source, target = f"encoder.layer.{layer}.", f"{LM}encoder.layers.{layer}."
         for kind in ("weight", "bias"):
-            q, k, v = (hf[f"{source}attention.self.{part}.{kind}"] for part in ("query", "key", "value"))
-            heads = [part[head * head_dim : (head + 1) * head_dim] for head in range(HEADS) for part in (q, k, v)]
-            state[f"{target}self_attention.query_key_value.{kind}"] = torch.cat(heads)
+            qkv = tuple(hf[f"{source}attention.self.{part}.{kind}"] for part in ("query", "key", "value"))
+            state[f"{target}self_attention.query_key_value.{kind}"] = pack_per_head(qkv, HEADS)
             state[f"{target}input_layernorm.{kind}"] = hf[f"{source}attention.LayerNorm.{kind}"]
             state[f"{target}self_attention.dense.{kind}"] = hf[f"{source}attention.output.dense.{kind}"]
             state[f"{target}post_attention_layernorm.{kind}"] = hf[f"{source}LayerNorm.{kind}"]
@@ -105,13 +119,18 @@ def megatron_config(name: str, **changes: object) -> dict[str, object]:
 
 
 def write_nemo(
-    path: Path, config: dict[str, object] | None, state: dict[str, torch.Tensor], compression: str = ""
+    path: Path,
+    config: dict[str, object] | None,
+    state: dict[str, torch.Tensor],
+    compression: str = "",
+    artifacts: dict[str, bytes] | None = None,
 ) -> Path:
     """A `.nemo` tar as NeMo's save_to writes it (members under ./); no config member when `config` is None."""
     members = {"./model_weights.ckpt": io.BytesIO()}
     torch.save(state, members["./model_weights.ckpt"])
     if config is not None:
         members["./model_config.yaml"] = io.BytesIO(yaml.safe_dump(config).replace("'1e-5'", "1e-5").encode())
+    members.update({f"./{name}": io.BytesIO(content) for name, content in (artifacts or {}).items()})
     with tarfile.open(path, f"w:{compression}") as archive:
         for name, content in members.items():
             info = tarfile.TarInfo(name)
@@ -119,6 +138,17 @@ def write_nemo(
             content.seek(0)
             archive.addfile(info, content)
     return path
+
+
+def sentencepiece_vocabulary(tokens: tuple[str, ...]) -> bytes:
+    """A `.vocab` file as sentencepiece writes it: each piece, a tab, its score."""
+    return "".join(f"{token}\t{-index}\n" for index, token in enumerate(tokens)).encode()
+
+
+def tokenizer_config(vocabulary_member: str) -> dict[str, object]:
+    """The `tokenizer:` section of a saved model: the files NeMo packed are `nemo:<member>` (ESM-1nv, ProtT5nv)."""
+    files = {"model": vocabulary_member.replace(".vocab", ".model"), "vocab_file": vocabulary_member}
+    return {"library": "sentencepiece", "type": None, **{key: f"nemo:{member}" for key, member in files.items()}}
 
 
 def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +165,11 @@ def test_nemo_checkpoint_loads_as_the_same_model_and_exports(name: str, compress
     original = hf_model(name, seed=5)
     # Erf GELU, as ESM-2nv trains it (bias_gelu_fusion off); the fused tanh GELU has its own test.
     config = megatron_config(name, bias_gelu_fusion=False)
-    nemo = write_nemo(tmp_path / f"{name}.nemo", config, megatron_state_dict(original), compression)
+    # ESM-2nv names a HuggingFace tokenizer and packs no file; here ESM-1nv packs ESM's alphabet, sentencepiece style.
+    artifacts = {} if name == "esm2nv" else {VOCABULARY_MEMBER: sentencepiece_vocabulary(ESM_ALPHABET)}
+    if artifacts:
+        config["tokenizer"] = tokenizer_config(VOCABULARY_MEMBER)
+    nemo = write_nemo(tmp_path / f"{name}.nemo", config, megatron_state_dict(original), compression, artifacts)
 
     loaded = load_for_export(description, nemo).graphs[GraphRole.ENCODER]
     expected, _ = hidden_states(HiddenStatesEncoder(original), description)
@@ -213,3 +247,31 @@ def test_config_field_problems_name_the_field(
     nemo = write_nemo(tmp_path / "config.nemo", megatron_config("esm2nv", **changes), esm2_weights)
     with pytest.raises(CheckpointError, match=rf"config\.nemo: model_config\.yaml: {message}"):
         load_for_export(MODELS["esm2nv"], nemo)
+
+
+@pytest.fixture
+def esm1_with_vocabulary() -> tuple[dict[str, object], dict[str, torch.Tensor]]:
+    """ESM-1nv's config naming a packed sentencepiece vocabulary, and its weights."""
+    config = {**megatron_config("esm1nv"), "tokenizer": tokenizer_config(VOCABULARY_MEMBER)}
+    return config, megatron_state_dict(hf_model("esm1nv", seed=8))
+
+
+def test_a_packed_vocabulary_other_than_the_served_one_is_refused(
+    esm1_with_vocabulary: tuple[dict[str, object], dict[str, torch.Tensor]], tmp_path: Path
+) -> None:
+    """A sentencepiece vocabulary that numbers the tokens otherwise (<unk> first) would shift every embedding row."""
+    pieces = sentencepiece_vocabulary(("<unk>", "<s>", "</s>", "<pad>", *ESM_ALPHABET[4:]))
+    nemo = write_nemo(tmp_path / "spm.nemo", *esm1_with_vocabulary, artifacts={VOCABULARY_MEMBER: pieces})
+    found = rf"spm\.nemo/{re.escape(VOCABULARY_MEMBER)}: token id 0 is '<unk>', the service's tokenizer has '<cls>'"
+    advice = r"tokenizes with fair-esm's ESM-1b alphabet .* export a checkpoint trained with it"
+    with pytest.raises(CheckpointError, match=rf"{found} there; .*{advice}"):
+        load_for_export(MODELS["esm1nv"], nemo)
+
+
+def test_a_vocabulary_the_archive_lacks_is_named(
+    esm1_with_vocabulary: tuple[dict[str, object], dict[str, torch.Tensor]], tmp_path: Path
+) -> None:
+    nemo = write_nemo(tmp_path / "lost.nemo", *esm1_with_vocabulary)
+    message = rf"'tokenizer\.vocab_file'='nemo:{VOCABULARY_MEMBER}'; the archive has no member '{VOCABULARY_MEMBER}'"
+    with pytest.raises(CheckpointError, match=rf"lost\.nemo: model_config\.yaml: {message}"):
+        load_for_export(MODELS["esm1nv"], nemo)

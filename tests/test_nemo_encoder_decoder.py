@@ -1,0 +1,349 @@
+"""BioNeMo MegaMolBART and ProtT5nv `.nemo` checkpoints: NeMo's Megatron encoder-decoder, written from a small MBart.
+
+As in test_nemo_checkpoints.py, the Megatron state dict is written by hand
+here (the inverse of exporter/nemo/encoder_decoder.py's tables, the fused
+projections packed head by head), so a mistake in the tables cannot cancel
+itself out. The reference is an MBart as Megatron computes: no embedding
+LayerNorm, Megatron's GELU.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_nemo_checkpoints import (
+    ARTIFACT_HEX,
+    hidden_states,
+    pack_per_head,
+    perturbed,
+    sentencepiece_vocabulary,
+    tokenizer_config,
+    write_nemo,
+)
+from transformers import MBartConfig, MBartForConditionalGeneration
+
+from exporter import export_model
+from exporter.architectures import CheckpointError, DecoderStep, HiddenStatesEncoder, load_for_export
+from exporter.graph_inputs import decoder_step_inputs
+from model_catalog import MODELS, GraphRole
+from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
+from preprocessing.vocabularies import PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
+
+HIDDEN, LAYERS, HEADS, FFN = 32, 2, 4, 64
+POSITIONS = 512  # BioNeMo's seq_length, for MegaMolBART and ProtT5nv (511 residues and </s>)
+MODULE, STACKS = "enc_dec_model.", "enc_dec_model.enc_dec_model."
+MEGAMOLBART_VOCABULARY = f"{ARTIFACT_HEX}_megamolbart.vocab"
+PROTT5_VOCABULARY = f"{ARTIFACT_HEX}_protein_sequence_sentencepiece.vocab"
+Weights = dict[str, torch.Tensor]
+
+# The fields of one half (NeMo's megatron_t5_config.yaml and BioNeMo's MegaMolBART/ProtT5nv configs).
+HALF = {
+    "num_layers": LAYERS,
+    "hidden_size": HIDDEN,
+    "ffn_hidden_size": FFN,
+    "num_attention_heads": HEADS,
+    "kv_channels": None,
+    "init_method_std": 0.02,
+    "hidden_dropout": 0.1,
+    "attention_dropout": 0.1,
+    "position_embedding_type": "learned_absolute",
+    "apply_query_key_layer_scaling": True,
+    "layernorm_epsilon": "1e-5",
+    "masked_softmax_fusion": True,
+    "bias_dropout_add_fusion": True,
+    "bias": True,
+    "normalization": "layernorm",
+    "activation": "gelu",
+    "headscale": False,
+    "transformer_block_type": "pre_ln",
+}
+
+
+def megatron_config(
+    sectioned: bool, encoder: dict[str, object] | None = None, decoder: dict[str, object] | None = None, **top: object
+) -> dict[str, object]:
+    """model_config.yaml with `encoder:`/`decoder:` sections (as NeMo saves it), or one set of fields for both halves
+    (BioNeMo's MegaMolBART pretrain_base.yaml: bias_gelu_fusion, {encoder,decoder}_arch)."""
+    config: dict[str, object] = {
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 1,
+        "make_vocab_size_divisible_by": 128,
+        "seq_length": POSITIONS,
+        "max_position_embeddings": POSITIONS,
+        "share_token_embeddings": True,
+        "share_decoder_tokens_head_embeddings": True,
+    }
+    if sectioned:
+        config["tokens_head_bias"] = True
+        for half, changes in (("encoder", encoder), ("decoder", decoder)):
+            config[half] = {**HALF, "arch": "transformer", "bias_activation_fusion": True, **(changes or {})}
+    else:
+        config |= {**HALF, "encoder_arch": "transformer", "decoder_arch": "transformer", "bias_gelu_fusion": True}
+        config |= {**(encoder or {}), **(decoder or {})}
+    return config | top
+
+
+def hf_model(
+    vocabulary: int,
+    seed: int,
+    *,
+    tanh_gelu: bool,
+    shared_tokens: bool,
+    shared_head: bool,
+    head_bias: bool,
+    positions: int = POSITIONS,
+) -> MBartForConditionalGeneration:
+    """A small random MBart computing as Megatron does, its embeddings shared as the Megatron flags say."""
+    config = MBartConfig(
+        vocab_size=vocabulary, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+        max_position_embeddings=positions, activation_function="gelu_pytorch_tanh" if tanh_gelu else "gelu",
+        scale_embedding=False, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+        tie_word_embeddings=False, attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = MBartForConditionalGeneration(config).eval()
+    encoder, decoder = model.model.encoder, model.model.decoder
+    encoder.layernorm_embedding = decoder.layernorm_embedding = torch.nn.Identity()
+    perturbed(model)
+    with torch.no_grad():
+        if shared_tokens:  # one Embedding module, words and positions, for both halves
+            decoder.embed_tokens.weight.copy_(encoder.embed_tokens.weight)
+            decoder.embed_positions.weight.copy_(encoder.embed_positions.weight)
+        if shared_head:
+            model.lm_head.weight.copy_(encoder.embed_tokens.weight)
+        if head_bias:
+            model.final_logits_bias.normal_()
+    return model
+
+
+def megatron_state_dict(model: MBartForConditionalGeneration, padded_vocabulary: int, head: tuple[str, ...]) -> Weights:
+    """`model`'s weights under the names of NeMo's MegatronTokenLevelEncoderDecoderModule; `head`: tokens_head's."""
+    hf = model.state_dict()
+
+    def padded(rows: torch.Tensor) -> torch.Tensor:  # make_vocab_size_divisible_by
+        return torch.cat((rows, torch.randn(padded_vocabulary - len(rows), *rows.shape[1:])))
+
+    head_tensors = {"weight": hf["lm_head.weight"], "bias": hf["final_logits_bias"][0]}
+    state = {f"{MODULE}tokens_head.{name}": padded(head_tensors[name]) for name in head}
+    for half in ("encoder", "decoder"):
+        source = f"model.{half}."
+        state[f"{MODULE}{half}_embedding.word_embeddings.weight"] = padded(hf[f"{source}embed_tokens.weight"])
+        # MBart reads position p from row p + 2.
+        state[f"{MODULE}{half}_embedding.position_embeddings.weight"] = hf[f"{source}embed_positions.weight"][2:]
+        names = {
+            "input_layernorm": "self_attn_layer_norm",
+            "self_attention.dense": "self_attn.out_proj",
+            "mlp.dense_h_to_4h": "fc1",
+            "mlp.dense_4h_to_h": "fc2",
+        }
+        if half == "encoder":
+            names["post_attention_layernorm"] = "final_layer_norm"
+        else:  # pre-LN: the LayerNorm after self attention feeds the cross attention
+            names["post_attention_layernorm"] = "encoder_attn_layer_norm"
+            names["inter_attention.query"] = "encoder_attn.q_proj"
+            names["inter_attention.dense"] = "encoder_attn.out_proj"
+            names["post_inter_attention_layernorm"] = "final_layer_norm"
+        for kind in ("weight", "bias"):
+            state[f"{STACKS}{half}.model.final_layernorm.{kind}"] = hf[f"{source}layer_norm.{kind}"]
+            for layer in range(LAYERS):
+                megatron, mbart = f"{STACKS}{half}.model.layers.{layer}.", f"{source}layers.{layer}."
+                state |= {f"{megatron}{name}.{kind}": hf[f"{mbart}{target}.{kind}"] for name, target in names.items()}
+                qkv = tuple(hf[f"{mbart}self_attn.{part}_proj.{kind}"] for part in "qkv")
+                state[f"{megatron}self_attention.query_key_value.{kind}"] = pack_per_head(qkv, HEADS)
+                if half == "decoder":
+                    kv = tuple(hf[f"{mbart}encoder_attn.{part}_proj.{kind}"] for part in "kv")
+                    state[f"{megatron}inter_attention.key_value.{kind}"] = pack_per_head(kv, HEADS)
+    return state
+
+
+def regex_tokenizer() -> dict[str, object]:
+    """MegaMolBART's `tokenizer:` section as saved: the regex and vocabulary files NeMo packed."""
+    files = {"model": MEGAMOLBART_VOCABULARY.replace(".vocab", ".model"), "vocab_file": MEGAMOLBART_VOCABULARY}
+    return {"library": "regex", "type": None, "merge_file": None} | {key: f"nemo:{m}" for key, m in files.items()}
+
+
+def assert_decoder_steps_agree(loaded: torch.nn.Module, original: MBartForConditionalGeneration) -> None:
+    """Logits of the next token after 0 and 12 decoded tokens, attending to padded batches of mixed lengths."""
+    description, rng = MODELS["megamolbart"], np.random.default_rng(4)
+    encoder = HiddenStatesEncoder(original.get_encoder())
+    for lengths, decoded in (([1, 9, 60], 0), ([30, 5], 12)):
+        feeds = decoder_step_inputs(description, encoder, lengths, decoded, rng).feeds
+        tensors = {name: torch.from_numpy(array) for name, array in feeds.items()}
+        with torch.inference_mode():
+            expected = DecoderStep(original)(**tensors).numpy()
+            np.testing.assert_allclose(loaded(**tensors).numpy(), expected, rtol=0, atol=1e-5)
+
+
+ERF_GELU = {"bias_activation_fusion": False}
+MEGAMOLBART_LAYOUTS = [
+    # BioNeMo's pretrain_base.yaml: one set of fields, fused (tanh) GELU, a token head of its own and so, in NeMo's
+    # reading of such configs, no head bias; the vocabulary file packed.
+    pytest.param(
+        megatron_config(False, share_decoder_tokens_head_embeddings=False, tokenizer=regex_tokenizer()),
+        {"tanh_gelu": True, "shared_tokens": True, "shared_head": False, "head_bias": False},
+        ("weight",),
+        "gz",
+        id="bionemo-flat",
+    ),
+    # Sections, erf GELU, separate encoder and decoder embeddings, the token head on the word embeddings with a bias.
+    pytest.param(
+        megatron_config(True, ERF_GELU, ERF_GELU, share_token_embeddings=False),
+        {"tanh_gelu": False, "shared_tokens": False, "shared_head": True, "head_bias": True},
+        ("bias",),
+        "",
+        id="sections",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "flags", "head", "compression"), MEGAMOLBART_LAYOUTS)
+def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
+    config: dict[str, object], flags: dict[str, bool], head: tuple[str, ...], compression: str, tmp_path: Path
+) -> None:
+    description = MODELS["megamolbart"]
+    original = hf_model(len(MEGAMOLBART_TOKENS), 5, **flags)
+    state = megatron_state_dict(original, 640, head)
+    artifacts = {MEGAMOLBART_VOCABULARY: VOCABULARY_FILE.read_bytes()} if "tokenizer" in config else {}
+    nemo = write_nemo(tmp_path / "megamolbart.nemo", config, state, compression, artifacts)
+
+    loaded = load_for_export(description, nemo)
+    assert loaded.max_positions == POSITIONS
+    expected, _ = hidden_states(HiddenStatesEncoder(original.get_encoder()), description)
+    encoder = loaded.graphs[GraphRole.ENCODER]
+    np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
+    assert_decoder_steps_agree(loaded.graphs[GraphRole.DECODER_STEP], original)
+
+    report = export_model(description, nemo, tmp_path / "repository")
+    names = [description.triton_name(role) for role in (GraphRole.ENCODER, GraphRole.DECODER_STEP)]
+    assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3) for name in names]
+    assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
+
+
+def test_prott5nv_checkpoint_serves_its_encoder(tmp_path: Path) -> None:
+    """ProtT5nv is NeMo's Megatron T5 (learned positions, LayerNorm, biases, GELU): its encoder as an MBart encoder."""
+    description = MODELS["prott5nv"]
+    flags = {"tanh_gelu": True, "shared_tokens": True, "shared_head": True, "head_bias": True}
+    original = hf_model(len(PROTT5_TOKENS), 6, **flags, positions=POSITIONS)
+    tokenizer = tokenizer_config(PROTT5_VOCABULARY)
+    config = megatron_config(True, tokenizer=tokenizer, max_position_embeddings=POSITIONS)
+    artifacts = {PROTT5_VOCABULARY: sentencepiece_vocabulary(PROTT5_BASE_VOCABULARY)}
+    nemo = write_nemo(tmp_path / "prott5nv.nemo", config, megatron_state_dict(original, 256, ("bias",)), "", artifacts)
+
+    loaded = load_for_export(description, nemo)
+    assert list(loaded.graphs) == [GraphRole.ENCODER] and loaded.max_positions == POSITIONS
+    expected, _ = hidden_states(HiddenStatesEncoder(original.get_encoder()), description)
+    encoder = loaded.graphs[GraphRole.ENCODER]
+    np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
+
+    report = export_model(description, nemo, tmp_path / "repository")
+    assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [("prott5nv", 3)]
+    assert report.graphs[0].parity.max_abs_diff < 1e-4
+
+
+@pytest.fixture
+def weights() -> Weights:
+    """Weights of the default layout (sections, shared embeddings, token head with a bias), 640 vocabulary rows."""
+    flags = {"tanh_gelu": True, "shared_tokens": True, "shared_head": True, "head_bias": True}
+    return megatron_state_dict(hf_model(len(MEGAMOLBART_TOKENS), 7, **flags), 640, ("bias",))
+
+
+@pytest.mark.parametrize("name", ["megamolbart", "prott5nv"])
+def test_unknown_key_is_named_even_in_the_unused_decoder(name: str, weights: Weights, tmp_path: Path) -> None:
+    key = f"{STACKS}decoder.model.layers.0.inter_attention.adapter.weight"
+    weights[key] = torch.zeros(2)
+    nemo = write_nemo(tmp_path / "extra.nemo", megatron_config(True), weights)
+    with pytest.raises(CheckpointError, match=rf"extra\.nemo: model_weights\.ckpt: unknown key '{re.escape(key)}'"):
+        load_for_export(MODELS[name], nemo)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("megamolbart", f"{STACKS}decoder.model.layers.1.inter_attention.key_value.bias"),
+        ("megamolbart", f"{MODULE}tokens_head.bias"),
+        ("prott5nv", f"{STACKS}encoder.model.layers.1.post_attention_layernorm.weight"),
+    ],
+)
+def test_missing_key_is_named(name: str, key: str, weights: Weights, tmp_path: Path) -> None:
+    del weights[key]
+    nemo = write_nemo(tmp_path / "short.nemo", megatron_config(True), weights)
+    with pytest.raises(CheckpointError, match=rf"short\.nemo: model_weights\.ckpt: missing key '{re.escape(key)}'"):
+        load_for_export(MODELS[name], nemo)
+
+
+def test_shape_mismatch_names_the_key_and_both_shapes(weights: Weights, tmp_path: Path) -> None:
+    key = f"{STACKS}decoder.model.layers.0.inter_attention.key_value.weight"
+    weights[key] = torch.zeros(2 * HIDDEN + 2 * HEADS, HIDDEN)
+    nemo = write_nemo(tmp_path / "wide.nemo", megatron_config(True), weights)
+    with pytest.raises(CheckpointError, match=rf"'{re.escape(key)}' has shape \(72, 32\);.* \(32, 32\) \+ \(32, 32\)"):
+        load_for_export(MODELS["megamolbart"], nemo)
+
+
+def test_fewer_embedding_rows_than_the_vocabulary_is_named(weights: Weights, tmp_path: Path) -> None:
+    key = f"{MODULE}encoder_embedding.word_embeddings.weight"
+    weights[key] = weights[key][:500]
+    nemo = write_nemo(tmp_path / "small.nemo", megatron_config(True), weights)
+    message = rf"'{re.escape(key)}' has 500 rows, fewer than the 523 tokens of the served vocabulary"
+    with pytest.raises(CheckpointError, match=message):
+        load_for_export(MODELS["megamolbart"], nemo)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (megatron_config(True, {"transformer_block_type": "post_ln"}), r"'encoder\.transformer_block_type'='post_ln'"),
+        (megatron_config(True, decoder={"normalization": "rmsnorm"}), r"'decoder\.normalization'='rmsnorm'"),
+        (megatron_config(False, {"activation": "swiglu"}), r"'activation'='swiglu'; megamolbart needs 'gelu'"),
+        (megatron_config(True, decoder={"position_embedding_type": "relative"}), r"'decoder\.position_embedding_type'"),
+        (megatron_config(True, {"bias": False}), r"'encoder\.bias'=False; megamolbart needs True"),
+        (megatron_config(True, {"normalize_attention_scores": False}), r"'encoder\.normalize_attention_scores'=False"),
+        (megatron_config(False, decoder_arch="perceiver"), r"'decoder_arch'='perceiver'; megamolbart needs 'trans"),
+        (megatron_config(False, kv_channels=16), r"'kv_channels'=16; HuggingFace attention needs hidden_size / num"),
+        (megatron_config(True, tensor_model_parallel_size=2), r"'tensor_model_parallel_size'=2; must be 1 \(merge"),
+        (megatron_config(True, decoder={"hidden_size": 64}), r"'decoder\.hidden_size'=64; must be the encoder's"),
+        (megatron_config(True, {"num_layers": None}), r"'encoder\.num_layers' is missing"),
+    ],
+)
+def test_settings_mbart_cannot_reproduce_are_refused_naming_the_field(
+    config: dict[str, object], message: str, weights: Weights, tmp_path: Path
+) -> None:
+    nemo = write_nemo(tmp_path / "config.nemo", config, weights)
+    with pytest.raises(CheckpointError, match=rf"config\.nemo: model_config\.yaml: {message}"):
+        load_for_export(MODELS["megamolbart"], nemo)
+
+
+def test_each_half_keeps_its_layer_norm_epsilon(weights: Weights, tmp_path: Path) -> None:
+    """MBartConfig has no epsilon (nn.LayerNorm's 1e-5 throughout); Megatron sets one per half."""
+    config = megatron_config(True, {"layernorm_epsilon": 1e-6}, {"layernorm_epsilon": "1e-3"})
+    nemo = write_nemo(tmp_path / "eps.nemo", config, weights)
+    model = load_for_export(MODELS["megamolbart"], nemo).graphs[GraphRole.DECODER_STEP].seq2seq.model
+    for half, epsilon in ((model.encoder, 1e-6), (model.decoder, 1e-3)):
+        assert {module.eps for module in half.modules() if isinstance(module, torch.nn.LayerNorm)} == {epsilon}
+
+
+def test_a_megamolbart_vocabulary_other_than_the_served_one_is_refused(weights: Weights, tmp_path: Path) -> None:
+    tokens = list(MEGAMOLBART_TOKENS)
+    tokens[300] = "[Xx]"
+    artifacts = {MEGAMOLBART_VOCABULARY: "\n".join(tokens).encode()}
+    config = megatron_config(True, tokenizer=regex_tokenizer())
+    nemo = write_nemo(tmp_path / "vocab.nemo", config, weights, "", artifacts)
+    ours = re.escape(MEGAMOLBART_TOKENS[300])
+    member = re.escape(MEGAMOLBART_VOCABULARY)
+    found = rf"vocab\.nemo/{member}: token id 300 is '\[Xx\]', the service's tokenizer has '{ours}'"
+    with pytest.raises(CheckpointError, match=rf"{found} there; .*tokenizes with MegaMolBART's regex vocabulary"):
+        load_for_export(MODELS["megamolbart"], nemo)
+
+
+def test_a_prott5nv_vocabulary_other_than_the_served_one_is_refused(weights: Weights, tmp_path: Path) -> None:
+    """A sentencepiece vocabulary with other special tokens first (BioNeMo's protein one has <pad> at 3) is refused."""
+    pieces = sentencepiece_vocabulary(("<unk>", "<s>", "</s>", "<pad>", *PROTT5_BASE_VOCABULARY[3:]))
+    config = megatron_config(True, tokenizer=tokenizer_config(PROTT5_VOCABULARY))
+    nemo = write_nemo(tmp_path / "spm.nemo", config, weights, "", {PROTT5_VOCABULARY: pieces})
+    found = rf"{re.escape(PROTT5_VOCABULARY)}: token id 0 is '<unk>', the service's tokenizer has '<pad>' there"
+    with pytest.raises(CheckpointError, match=rf"{found}; .*tokenizes with ProtT5's sentencepiece vocabulary"):
+        load_for_export(MODELS["prott5nv"], nemo)
