@@ -85,8 +85,7 @@ def test_navigator_missing_is_said_plainly_before_loading(
 
 
 def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tmp_path: Path) -> None:
-    """The real nav.torch.optimize (installed with --no-deps on CPU hosts) picks ONNX; the gate checks it again."""
-    pytest.importorskip("model_navigator", reason="make install installs it; see requirements/navigator-cpu.txt")
+    """The real nav.torch.optimize (make install installs it with --no-deps) picks ONNX; the gate checks it again."""
     tiny = replace(TINY_ESM2, batching=TINY_ESM2.batching.with_max_batch_size(4))
     report = export_model(tiny, checkpoint, tmp_path, target=Target.CPU, optimizer=Optimizer.NAVIGATOR)
     assert report.format.startswith("ONNX from Triton Model Navigator 0.14")
