@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 from google.protobuf.message import DecodeError
 from safetensors import SafetensorError
@@ -310,7 +309,7 @@ def load_for_export(description: ModelDescription, folder: Path) -> ExportableMo
 
 def _check_positions(description: ModelDescription, loaded: ExportableModel, checkpoint: Path) -> None:
     """The longest input the service accepts for the model must fit the checkpoint's position table."""
-    longest = len(tokenizer_for(description).wrap(np.zeros(description.max_length, dtype=np.int64)))
+    longest = tokenizer_for(description).max_model_tokens
     if loaded.max_positions is not None and longest > loaded.max_positions:
         raise CheckpointError(
             f"{checkpoint}: the model has {loaded.max_positions} positions, but {description.name} accepts "

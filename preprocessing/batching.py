@@ -32,3 +32,20 @@ def pad_batch(encoded: list[np.ndarray], pad_id: int, prefix: int, suffix: int, 
         attention_mask[row, : len(ids)] = 1
         residue_mask[row, prefix : len(ids) - suffix] = True
     return TokenBatch(input_ids, attention_mask, residue_mask)
+
+
+SMALLEST_BUCKET = 16
+
+
+def bucket_width(longest: int, ceiling: int) -> int:
+    """The width to pad a batch to whose longest row has `longest` tokens: the next of 16, 24, 32, 48, 64, 96, ...
+
+    Requests padded to the same bucket have the same shape, which is what lets
+    Triton's dynamic batcher merge concurrent requests into one model run. Each
+    bucket is 1.33x or 1.5x the one before, so the extra padding is at most half
+    the longest row; `ceiling` (the model's longest input) caps it.
+    """
+    width = SMALLEST_BUCKET
+    while width < longest:
+        width = width * 3 // 2 if width & (width - 1) == 0 else width * 4 // 3  # 16 -> 24 -> 32 -> 48 -> 64 ...
+    return max(longest, min(width, ceiling))

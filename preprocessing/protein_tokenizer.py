@@ -70,6 +70,11 @@ class ProteinTokenizer:
             self._byte_to_id[ord(residue)] = self._byte_to_id[ord(residue.lower())] = ids[token]
 
     @property
+    def max_model_tokens(self) -> int:
+        """Tokens of the longest input the model is given: the most residues and the special tokens."""
+        return len(self.prefix_ids) + self.max_residues + len(self.suffix_ids)
+
+    @property
     def summary_position(self) -> int | None:
         """Where a whole-sequence token (<cls>) sits, if the model has one."""
         return 0 if len(self.prefix_ids) else None

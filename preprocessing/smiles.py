@@ -63,6 +63,11 @@ class SmilesTokenizer:
         self.content_ids = np.arange(FIRST_CHEMISTRY_ID, len(self.tokens), dtype=np.int64)
 
     @property
+    def max_model_tokens(self) -> int:
+        """Tokens of the longest encoder input: SMILES tokens alone."""
+        return self.max_tokens
+
+    @property
     def summary_position(self) -> int | None:
         """The encoder input has no whole-molecule token."""
         return None

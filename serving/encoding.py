@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, Tokenizer, l2_normalize, mean_pool, tokenizer_for
+from preprocessing.batching import bucket_width
 from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
 from serving.protocol import (
     EmbedRequest,
@@ -145,22 +146,30 @@ class EncoderEngine:
                 problems.append(FieldProblem(f"{field}[{error.index}]", error.message))
         if problems:
             raise InvalidRequest(problems)
-        # Sorting by length before cutting Triton-sized chunks keeps padding small.
+        # Sorting by length before cutting Triton-sized chunks keeps padding small; padding each chunk
+        # to a length bucket gives concurrent requests the same shapes, so Triton's batcher merges them.
         order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
         size = model.graph(GraphRole.ENCODER).max_batch_size
         chunks = [order[start : start + size] for start in range(0, len(order), size)]
         outputs = await asyncio.gather(
             *(
-                self.infer(model, GraphRole.ENCODER, tokenizer.pad([encoded[i] for i in chunk]).model_inputs())
+                self.infer(model, GraphRole.ENCODER, self._bucketed(tokenizer, [encoded[i] for i in chunk]))
                 for chunk in chunks
             )
         )
         batch = tokenizer.pad(encoded)
+        width = batch.input_ids.shape[1]
         hidden_states = np.zeros(batch.input_ids.shape + (outputs[0].shape[2],), dtype=np.float32)
         for chunk, output in zip(chunks, outputs):
-            hidden_states[chunk, : output.shape[1]] = output
+            hidden_states[chunk, : output.shape[1]] = output[:, :width]
         hidden_states[batch.attention_mask == 0] = 0  # padding carries no state
         return Encoded(hidden_states, batch.attention_mask, batch.residue_mask)
+
+    @staticmethod
+    def _bucketed(tokenizer: Tokenizer, rows: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """`rows` right-padded to the length bucket of the longest, as the encoder's inputs."""
+        width = bucket_width(max(len(row) for row in rows), tokenizer.max_model_tokens)
+        return tokenizer.pad(rows, width).model_inputs()
 
     async def infer(self, model: ServedModel, role: GraphRole, arrays: dict[str, np.ndarray]) -> np.ndarray:
         """Run one graph of `model` at its version and return the single output; Triton away is a 503.

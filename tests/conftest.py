@@ -33,6 +33,13 @@ class RunningService:
     def log_tail(self, characters: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-characters:]
 
+    @property
+    def triton_url(self) -> str:
+        """host:port of the HTTP endpoint of the tritonserver the service started (the runner picks the port)."""
+        (triton,) = [child for child in self.children if Path(child.cmdline()[0]).name == "tritonserver"]
+        (port,) = [argument.split("=", 1)[1] for argument in triton.cmdline() if argument.startswith("--http-port=")]
+        return f"127.0.0.1:{port}"
+
 
 def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     """SIGTERM the group `process` leads, then SIGKILL whatever is left after `grace_s`."""

@@ -8,6 +8,7 @@ from transformers import AutoTokenizer
 
 from model_catalog import MODELS, TokenizerKind
 from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, mean_pool, tokenizer_for
+from preprocessing.batching import bucket_width
 from preprocessing.protein_tokenizer import RESIDUES
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 from reference import CHECKPOINTS
@@ -95,3 +96,10 @@ def test_mean_pool_averages_only_masked_positions() -> None:
 def test_l2_normalize() -> None:
     vectors = np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
     np.testing.assert_allclose(l2_normalize(vectors), [[0.6, 0.8], [0.0, 0.0]])
+
+
+def test_length_buckets_grow_by_at_most_half_and_stop_at_the_model_limit() -> None:
+    widths = [bucket_width(length, 1024) for length in range(1, 1025)]
+    assert sorted(set(widths)) == [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
+    assert all(length <= width <= max(16, length * 1.5) for length, width in zip(range(1, 1025), widths))
+    assert bucket_width(700, 512) == 700 and bucket_width(500, 512) == 512  # never below the row, never over the cap
