@@ -13,6 +13,7 @@ import numpy as np
 from serving.encoding import EncoderEngine
 from serving.generation import MoleculeGenerator
 from serving.http_io import JSONOutput, NdarrayOutput, NoInput, ValidatedJSON, ValidatedNdarray, endpoint
+from serving.payloads import encode_arrays
 from serving.protocol import (
     DecodeRequest,
     DecodeResponse,
@@ -45,7 +46,14 @@ generator = MoleculeGenerator(engine)
 async def embed(request: EmbedRequest) -> EmbedResponse:
     """One embedding per sequence: by default the mean of the final hidden states over the residues."""
     model, vectors = await engine.embed(request)
-    return EmbedResponse(model=model.name, model_version=model.version, dim=vectors.shape[1], embeddings=vectors.tolist())
+    return EmbedResponse(
+        model=model.name,
+        model_version=model.version,
+        dim=vectors.shape[1],
+        encoding_format=request.encoding_format,
+        dtype=request.dtype,
+        embeddings=encode_arrays(vectors, request.encoding_format, request.dtype),
+    )
 
 
 @endpoint(

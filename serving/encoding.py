@@ -24,6 +24,7 @@ from serving.protocol import (
     ModelsResponse,
     Pooling,
 )
+from serving.payloads import encode_arrays
 from serving.triton_models import ServedModel, discover_models
 
 
@@ -128,7 +129,9 @@ class EncoderEngine:
             model=model.name,
             model_version=model.version,
             dim=encoded.hidden_states.shape[2],
-            hiddens=encoded.hidden_states.tolist(),
+            encoding_format=request.encoding_format,
+            dtype=request.dtype,
+            hiddens=encode_arrays(encoded.hidden_states, request.encoding_format, request.dtype),
             mask=encoded.attention_mask.tolist(),
         )
 

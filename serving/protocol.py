@@ -41,7 +41,31 @@ class SequencesRequest(_Strict):
     model_version: ModelVersion = None
 
 
-class EmbedRequest(SequencesRequest):
+class EncodingFormat(str, enum.Enum):
+    FLOAT = "float"
+    BASE64 = "base64"
+
+
+class FloatType(str, enum.Enum):
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+
+
+class VectorsRequest(SequencesRequest):
+    """A request answered with float arrays, which can come back compact instead of as JSON numbers."""
+
+    encoding_format: EncodingFormat = Field(
+        default=EncodingFormat.FLOAT,
+        description="`float`: JSON numbers; `base64`: each sequence's array as base64 of its little-endian `dtype` "
+        "values, row-major (an embedding: [dim]; hidden states: [length, dim]), several times smaller and faster "
+        "to parse than JSON numbers.",
+    )
+    dtype: FloatType = Field(
+        default=FloatType.FLOAT32, description="Precision of the returned values; float16 halves a base64 payload."
+    )
+
+
+class EmbedRequest(VectorsRequest):
     pooling: Pooling = Field(
         default=Pooling.MEAN,
         description="`mean`: mean of the final hidden states over the residues (BioNeMo's definition); "
@@ -54,10 +78,14 @@ class EmbedResponse(BaseModel):
     model: str = Field(description="The model that computed the embeddings.")
     model_version: int = Field(description="The version of the model that computed them.")
     dim: int = Field(description="Length of each embedding vector.")
-    embeddings: list[list[float]] = Field(description="One vector per input sequence, in input order.")
+    encoding_format: EncodingFormat
+    dtype: FloatType
+    embeddings: list[list[float]] | list[str] = Field(
+        description="One vector per input sequence, in input order: numbers, or base64 (see encoding_format)."
+    )
 
 
-class HiddenRequest(SequencesRequest):
+class HiddenRequest(VectorsRequest):
     pass
 
 
@@ -65,9 +93,12 @@ class HiddenResponse(BaseModel):
     model: str
     model_version: int
     dim: int
-    hiddens: list[list[list[float]]] = Field(
+    encoding_format: EncodingFormat
+    dtype: FloatType
+    hiddens: list[list[list[float]]] | list[str] = Field(
         description="[batch, length, dim] final hidden states of every token, special tokens included; "
-        "length is the longest tokenized input, shorter ones are zero-padded."
+        "length is the longest tokenized input, shorter ones are zero-padded. With base64, one [length, dim] "
+        "array per sequence."
     )
     mask: list[list[int]] = Field(description="[batch, length]: 1 at real tokens, 0 at padding.")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -147,3 +148,23 @@ def test_concurrent_requests_of_different_lengths_share_model_runs(service: Runn
     inferences_after, executions_after = triton_counts(service, "esm2nv")
     assert inferences_after - inferences == 32
     assert executions_after - executions < 32, "no two requests shared a model run"
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 0.0), ("float16", 2e-3)])
+def test_base64_answers_carry_the_same_arrays(service: RunningService, dtype: str, tolerance: float) -> None:
+    body = {"model": "esm2nv", "sequences": ["MKTAYIAKQR", "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]}
+    compact = {**body, "encoding_format": "base64", "dtype": dtype}
+    for path, key in (("/embed", "embeddings"), ("/hidden", "hiddens")):
+        numbers, packed = post(service, path, body).json(), post(service, path, compact).json()
+        assert (packed["encoding_format"], packed["dtype"]) == ("base64", dtype)
+        expected = np.asarray(numbers[key], dtype=np.float32)
+        little_endian = np.dtype(dtype).newbyteorder("<")
+        decoded = np.stack([np.frombuffer(base64.b64decode(row), dtype=little_endian) for row in packed[key]])
+        np.testing.assert_allclose(decoded.reshape(expected.shape), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize(("field", "value"), [("encoding_format", "base85"), ("dtype", "float64")])
+def test_an_unknown_encoding_is_a_422_naming_the_field(service: RunningService, field: str, value: str) -> None:
+    response = post(service, "/embed", {"sequences": ["MKTAYIAKQR"], field: value})
+    assert response.status_code == 422
+    assert [detail["field"] for detail in response.json()["error"]["details"]] == [field]
