@@ -14,7 +14,7 @@ EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/*/*.py prep
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve test lock clean
+.PHONY: install models serve test lock bench clean
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -43,6 +43,20 @@ serve: install models
 
 test: install models
 	$(BIN)/python -m pytest
+
+# Not part of `make test`: five servers of the same esm2nv weights measured in turn (a few minutes by default),
+# then docs/benchmarks.md and docs/benchmarks.png written anew. Longer: `make bench BENCH_SECONDS=60`.
+BENCH_READY := $(VENV)/.bench-installed
+BENCH_SECONDS ?= 10
+BENCH_USERS ?= 1 4 16 32
+BENCH_GENERATE_USERS ?= 4
+
+$(BENCH_READY): $(INSTALLED)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: install models $(BENCH_READY)
+	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
 
 # The bento's packages, resolved for the Python and glibc of bentofile.yaml's base image.
 lock: $(INSTALLED)

@@ -1,0 +1,133 @@
+"""One blocking client per kind of contender: `embed(sequences)` returns the [batch, hidden] embeddings.
+
+The locustfile's users time these (Triton kinds) or post the same JSON
+(HTTP kinds); the driver uses them to warm each contender up, to check its
+answers against torch, and for the sequential one-sequence probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Protocol
+
+import numpy as np
+import requests
+import tritonclient.http as triton_http
+
+from benchmarks.workload import MODEL, EmbedRequest
+from model_catalog import MODELS, GraphRole
+from preprocessing import mean_pool, tokenizer_for
+
+PYTRITON_MODEL = "esm2nv_pytriton"
+"""Contender 4's Triton model: `sequences` BYTES [batch, 1] in, `embeddings` FP32 [batch, hidden] out."""
+PYTRITON_INPUT = "sequences"
+PYTRITON_OUTPUT = "embeddings"
+ENCODER = MODELS[MODEL].graph(GraphRole.ENCODER)
+TRITON_DATATYPES = {spec.name: spec.data_type.removeprefix("TYPE_") for spec in ENCODER.inputs}
+TRITON_OUTPUT = ENCODER.output.name
+
+
+class Embedder(Protocol):
+    def embed(self, sequences: list[str]) -> np.ndarray: ...
+
+    def close(self) -> None:
+        """Close the kept-alive connection: tritonserver waits up to 30 s for open ones when it stops."""
+
+
+def triton_address(url: str) -> str:
+    """tritonclient wants host:port, without the scheme locust's --host carries."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+class HttpJsonEmbedder:
+    """POST /embed with the service's JSON (contenders 1, 3 and 5); a bare list answer is BentoML's batchable API."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.session = requests.Session()
+
+    def embed(self, sequences: list[str]) -> np.ndarray:
+        response = self.session.post(f"{self.url}/embed", json=EmbedRequest(sequences).body, timeout=300)
+        response.raise_for_status()
+        body = response.json()
+        return np.asarray(body["embeddings"] if isinstance(body, dict) else body, dtype=np.float32)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class TritonEmbedder:
+    """Contender 2: the service's work without the service. Tokenize here, infer on Triton's esm2nv, pool here.
+
+    The same tokenizer (`preprocessing`), the same tensors (binary, as the
+    runner sends them) and the same pooling as the service, so the difference
+    to contender 1 is the BentoML front: HTTP/JSON, validation, the runner hop.
+    A request of at most `max_batch_size` sequences is one Triton call there too.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.client = triton_http.InferenceServerClient(triton_address(url), network_timeout=300)
+        self.tokenizer = tokenizer_for(MODELS[MODEL])
+
+    def embed(self, sequences: list[str]) -> np.ndarray:
+        batch = self.tokenizer.batch(sequences)
+        inputs = []
+        for name, array in batch.model_inputs().items():
+            tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])
+            tensor.set_data_from_numpy(array, binary_data=True)
+            inputs.append(tensor)
+        output = triton_http.InferRequestedOutput(TRITON_OUTPUT, binary_data=True)
+        hidden_states = self.client.infer(MODEL, inputs, outputs=[output]).as_numpy(TRITON_OUTPUT)
+        return mean_pool(hidden_states, batch.residue_mask)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class PyTritonEmbedder:
+    """Contender 4's client: the sequences as UTF-8 bytes, one row each, as BioNeMo's `encode_str_batch` sent them."""
+
+    def __init__(self, url: str) -> None:
+        self.client = triton_http.InferenceServerClient(triton_address(url), network_timeout=300)
+
+    def embed(self, sequences: list[str]) -> np.ndarray:
+        rows = np.array([[sequence.encode()] for sequence in sequences], dtype=np.object_)
+        tensor = triton_http.InferInput(PYTRITON_INPUT, list(rows.shape), "BYTES")
+        tensor.set_data_from_numpy(rows, binary_data=True)
+        output = triton_http.InferRequestedOutput(PYTRITON_OUTPUT, binary_data=True)
+        return self.client.infer(PYTRITON_MODEL, [tensor], outputs=[output]).as_numpy(PYTRITON_OUTPUT)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@dataclass(frozen=True)
+class TritonTotals:
+    """A model's cumulative statistics in Triton (every served version); subtract two to cover a run."""
+
+    inferences: int
+    """Rows inferred (batch elements)."""
+    executions: int
+    """Model executions: batches the dynamic batcher formed."""
+    requests: int
+    queue_ns: int
+    compute_ns: int
+    """Time in the model's execute, summed per request."""
+    output_ns: int
+    """Time spent producing the responses' outputs (and compressing them, where the client accepts gzip)."""
+
+    def __sub__(self, other: TritonTotals) -> TritonTotals:
+        return TritonTotals(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+
+def triton_totals(url: str, model: str) -> TritonTotals:
+    with triton_http.InferenceServerClient(triton_address(url)) as client:
+        versions = client.get_inference_statistics(model)["model_stats"]
+    return TritonTotals(
+        inferences=sum(int(v["inference_count"]) for v in versions),
+        executions=sum(int(v["execution_count"]) for v in versions),
+        requests=sum(int(v["inference_stats"]["success"]["count"]) for v in versions),
+        queue_ns=sum(int(v["inference_stats"]["queue"]["ns"]) for v in versions),
+        compute_ns=sum(int(v["inference_stats"]["compute_infer"]["ns"]) for v in versions),
+        output_ns=sum(int(v["inference_stats"]["compute_output"]["ns"]) for v in versions),
+    )

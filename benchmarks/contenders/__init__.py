@@ -1,0 +1,70 @@
+"""The contenders `python -m benchmarks.run` measures, in order; all serve the same esm2nv weights.
+
+Each server is one module here; a contender pairs a server with the locust
+user class and the blocking client that drive it, and says where Triton's
+statistics are (for the average batch Triton formed).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from benchmarks.clients import PYTRITON_MODEL, Embedder, HttpJsonEmbedder, PyTritonEmbedder, TritonEmbedder
+from benchmarks.contenders.this_service import SERVICE, tritonserver_url
+from benchmarks.processes import Running, Server
+from benchmarks.workload import MODEL
+
+
+def own_url(running: Running) -> str:
+    return running.url
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    title: str
+    server: Server
+    user_class: str
+    """The locustfile's user class that sends its traffic."""
+    url: Callable[[Running], str] = own_url
+    """Where its clients connect (locust's --host)."""
+    client: Callable[[str], Embedder] | None = HttpJsonEmbedder
+    """The blocking client for warm-up, the torch check and the sequential probe; None: not an /embed contender."""
+    triton_url: Callable[[Running], str] | None = None
+    """The Triton server whose statistics give the average batch it formed for `triton_model`; None: no Triton."""
+    triton_model: str = MODEL
+    workload: str = "embed"
+    """`embed` (/embed traffic) or `generate` (/generate traffic, this service only for now)."""
+
+
+NAIVE = Server(
+    "naive", lambda port: [sys.executable, "-m", "benchmarks.contenders.naive_http", "--port", str(port)], "/readyz"
+)
+PYTRITON = Server(
+    "pytriton",
+    lambda port: [sys.executable, "-m", "benchmarks.contenders.pytriton_server", "--port", str(port)],
+    f"/v2/models/{PYTRITON_MODEL}/ready",
+)
+BENTOML = Server(
+    "bentoml",
+    lambda port: [sys.executable, "-m", "bentoml", "serve", "benchmarks.contenders.bentoml_batching:Esm2Embedder",
+                  "--host", "127.0.0.1", "--port", str(port)],
+    "/readyz",
+)  # fmt: skip
+
+# Contenders of one server follow each other: it starts once for them.
+CONTENDERS = (
+    Contender("service", "this service: BentoML front, Triton python backend, onnxruntime", SERVICE, "EmbedUser",
+              triton_url=tritonserver_url),
+    Contender("direct-triton", "the same Triton model via tritonclient, tokenized and pooled client-side", SERVICE,
+              "TritonEmbedUser", url=tritonserver_url, client=TritonEmbedder, triton_url=tritonserver_url),
+    Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,
+              "GenerateUser", client=None, workload="generate"),
+    Contender("naive", "torch eager behind http.server, one request at a time", NAIVE, "EmbedUser"),
+    Contender("pytriton", "BioNeMo 1.x style: PyTriton @batch around torch eager", PYTRITON, "PyTritonEmbedUser",
+              client=PyTritonEmbedder, triton_url=own_url, triton_model=PYTRITON_MODEL),
+    Contender("bentoml-batching", "BentoML adaptive batching (batchable API) around torch eager, no Triton", BENTOML,
+              "EmbedUser"),
+)  # fmt: skip

@@ -1,0 +1,33 @@
+"""Contender 1: this service, started as everywhere else (`python -m serving.launch service:svc`, production mode).
+
+Its tritonserver (started by the BentoML Triton runner, on a free loopback
+port) is also contender 2's: the direct-Triton client calls the very same
+server, models and config, so the only difference is the front.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from benchmarks.processes import ROOT, Running, Server
+
+SERVICE = Server(
+    name="service",
+    command=lambda port: [sys.executable, "-m", "serving.launch", "service:svc"],
+    ready_path="/readyz",
+    environment=lambda port: {
+        "BIONEMO_HOST": "127.0.0.1",
+        "BIONEMO_PORT": str(port),
+        "BIONEMO_MODEL_REPOSITORY": str(ROOT / "model_repository"),
+    },
+)
+
+
+def tritonserver_url(running: Running) -> str:
+    """The HTTP address of the tritonserver the service's runner started (from its command line)."""
+    for process in running.descendants:
+        arguments = process.cmdline()
+        if arguments and arguments[0].endswith("tritonserver"):
+            port = next(a.split("=", 1)[1] for a in arguments if a.startswith("--http-port="))
+            return f"http://127.0.0.1:{port}"
+    raise LookupError(f"no tritonserver among the service's processes:\n{running.log_tail()}")

@@ -1,0 +1,160 @@
+"""One measurement point: locust headless against a running contender, then the driver's own statistics.
+
+A point runs `warmup + seconds`; then locust lets every user finish the
+request it is waiting for, so nothing is abandoned in a server's queue (it
+would still be computed, and slow the next point down). Throughput counts the
+successful requests answered inside the measured window; latencies are those
+of the requests sent inside it, each from its own timer (locust's summary
+rounds them), however long after the window they were answered. Errors count
+over the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from benchmarks.clients import Embedder, TritonTotals, triton_totals
+from benchmarks.contenders import Contender
+from benchmarks.flops import EncoderShape
+from benchmarks.processes import ROOT, Running
+
+DRAIN_S = 180
+"""Most seconds locust waits, after a point, for the requests its users are still waiting for."""
+
+
+@dataclass(frozen=True)
+class Point:
+    contender: str
+    users: int
+    seconds: float
+    answered: int
+    """Successful requests answered in the measured window."""
+    errors: int
+    latencies_ms: list[float]
+    """Of the successful requests sent in the measured window."""
+    sequences: int
+    residues: int
+    samples: int
+    model_flops: float
+    """Useful model FLOPs (flops.FORMULA) of the requests answered in the window."""
+    triton: TritonTotals | None
+    """What Triton did during the whole point; None where no Triton is involved."""
+    other_cpu: float
+    """Share of the machine's CPU time taken by processes that are neither the contender nor locust."""
+
+    def rate(self, count: float) -> float:
+        return count / self.seconds
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Sequential one-sequence requests: latency without queueing, and the answers against torch."""
+
+    latencies_ms: list[float]
+    max_abs_difference: float
+
+
+def probe(clients: dict[str, Embedder], sequences: list[str], reference: np.ndarray) -> dict[str, Probe]:
+    """Each sequence to every client in turn (interleaved, so drift hits all alike); `reference`: torch's answers."""
+    latencies: dict[str, list[float]] = {name: [] for name in clients}
+    answers: dict[str, list[np.ndarray]] = {name: [] for name in clients}
+    for sequence in sequences:
+        for name, client in clients.items():
+            started = time.perf_counter()
+            answers[name].append(client.embed([sequence])[0])
+            latencies[name].append((time.perf_counter() - started) * 1000)
+    return {name: Probe(latencies[name], float(np.abs(np.stack(answers[name]) - reference).max())) for name in clients}
+
+
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _cpu_snapshot(server_processes: list[psutil.Process]) -> tuple[float, float, float, float]:
+    """Wall seconds, and CPU seconds of: the whole machine, the contender's processes, this driver's finished
+    children (the locust runs). Their difference tells how busy something else kept the machine."""
+    machine = psutil.cpu_times()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (
+        time.monotonic(),
+        machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
+        _cpu_seconds(server_processes),
+        children.ru_utime + children.ru_stime,
+    )
+
+
+def _locust(contender: Contender, url: str, users: int, run_time: float) -> dict:
+    """The locustfile's record of one headless run: its start and every request."""
+    results_path = Path(tempfile.mkstemp(prefix="bench-locust-", suffix=".json")[1])
+    command = [
+        sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), contender.user_class, "--headless",
+        "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{run_time:g}s", "--host", url,
+        "--stop-timeout", str(DRAIN_S), "--bench-results", str(results_path), "--only-summary", "--loglevel", "ERROR",
+        "--exit-code-on-error", "0",
+    ]  # fmt: skip
+    try:
+        finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=run_time + 2 * DRAIN_S)
+        if finished.returncode != 0 or not results_path.stat().st_size:
+            raise RuntimeError(
+                f"locust failed ({finished.returncode}) for {contender.name}:\n{finished.stderr[-3000:]}"
+            )
+        return json.loads(results_path.read_text())
+    finally:
+        results_path.unlink(missing_ok=True)
+
+
+def run_point(
+    contender: Contender, running: Running, users: int, seconds: float, warmup: float, shape: EncoderShape
+) -> Point:
+    url = contender.url(running)
+    triton = (contender.triton_url(running), contender.triton_model) if contender.triton_url else None
+    server_processes = [psutil.Process(running.process.pid), *running.descendants]
+    triton_before = triton_totals(*triton) if triton else None
+    cpu_before = _cpu_snapshot(server_processes)
+    run = _locust(contender, url, users, warmup + seconds)
+    wall, machine, server, locust = np.subtract(_cpu_snapshot(server_processes), cpu_before)
+    triton_during = triton_totals(*triton) - triton_before if triton else None
+
+    window_start = run["started"] + warmup
+    window_end = window_start + seconds
+    succeeded = [r for r in run["requests"] if r["ok"]]
+    answered = [r for r in succeeded if window_start <= r["start"] + r["ms"] / 1000 <= window_end]
+
+    def total(key: str) -> int:
+        return sum(r.get(key, 0) for r in answered)
+
+    return Point(
+        contender=contender.name,
+        users=users,
+        seconds=seconds,
+        answered=len(answered),
+        errors=sum(not r["ok"] for r in run["requests"]),
+        latencies_ms=[r["ms"] for r in succeeded if window_start <= r["start"] <= window_end],
+        sequences=total("sequences"),
+        residues=total("residues"),
+        samples=total("samples"),
+        model_flops=shape.flops(total("tokens"), total("token_pairs")),
+        triton=triton_during,
+        other_cpu=float(max(0.0, machine - server - locust) / (wall * (os.cpu_count() or 1))),
+    )

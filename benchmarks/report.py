@@ -1,0 +1,323 @@
+"""docs/benchmarks.md and docs/benchmarks.png from one run of the driver: tables, the issue's targets, a plot."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks.contenders import Contender  # noqa: E402
+from benchmarks.flops import FORMULA, EncoderShape  # noqa: E402
+from benchmarks.measure import Point, Probe  # noqa: E402
+from benchmarks.processes import ROOT  # noqa: E402
+from benchmarks.workload import (  # noqa: E402
+    DRUG_SMILES,
+    MAX_RESIDUES,
+    MODEL,
+    SAMPLES_PER_SEED,
+    SEQUENCES_PER_REQUEST,
+)
+from model_catalog import MODELS  # noqa: E402
+
+DEFAULT_REPORT = ROOT / "docs" / "benchmarks.md"
+PACKAGES = ("bentoml", "nvidia-pytriton", "tritonclient", "onnxruntime", "torch", "transformers", "locust")
+SERVICE, DIRECT, NAIVE, PYTRITON = "service", "direct-triton", "naive", "pytriton"
+OTHER_CPU_WARNING = 0.1
+FEW_ANSWERED = 10
+"""Fewer requests answered in a point's window make its throughput a guess: say so next to a target."""
+
+
+@dataclass(frozen=True)
+class Run:
+    command: str
+    facts: dict[str, str]
+    matmul_gflops: float
+    shape: EncoderShape
+    contenders: list[Contender]
+    points: list[Point]
+    probes: dict[str, Probe]
+    args: argparse.Namespace
+    took_s: float
+
+
+def machine_facts() -> dict[str, str]:
+    """What the numbers depend on, read before anything starts."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": f"{model or platform.processor()}, {os.cpu_count()} logical CPUs ({psutil.cpu_count(logical=False)} cores)",
+        "memory": f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
+        "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
+        "torch threads": str(torch.get_num_threads()),
+        "python": platform.python_version(),
+        "packages": ", ".join(f"{name} {metadata.version(name)}" for name in PACKAGES),
+    }
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value == value else "–"  # NaN: nothing answered
+
+
+def _latencies(p: Point) -> str:
+    return " | ".join(_ms(p.percentile(q)) for q in (50, 95, 99))
+
+
+def _triton(p: Point) -> str:
+    """Average batch; queue, compute and output milliseconds per request in Triton during the point."""
+    t = p.triton
+    if t is None or not t.executions:
+        return "– | – | – | –"
+    per_request = " | ".join(f"{ns / t.requests / 1e6:.0f}" for ns in (t.queue_ns, t.compute_ns, t.output_ns))
+    return f"{t.inferences / t.executions:.2f} | {per_request}"
+
+
+def _embed_table(run: Run) -> list[str]:
+    lines = [
+        "| contender | users | answered | req/s | seq/s | residues/s | p50 ms | p95 ms | p99 ms | errors "
+        "| avg Triton batch | Triton queue ms | Triton compute ms | Triton output ms | model GFLOP/s | % of matmul "
+        "| other CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in _points(run, "embed"):
+        gflops = p.rate(p.model_flops) / 1e9
+        lines.append(
+            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.answered):.2f} | {p.rate(p.sequences):.1f} "
+            f"| {p.rate(p.residues):,.0f} | {_latencies(p)} | {p.errors} | {_triton(p)} | {gflops:.1f} "
+            f"| {100 * gflops / run.matmul_gflops:.0f} % | {100 * p.other_cpu:.0f} % |"
+        )
+    return lines
+
+
+def _generate_table(run: Run) -> list[str]:
+    points = _points(run, "generate")
+    if not points:
+        return ["Not measured in this run."]
+    lines = [
+        "| contender | users | answered | req/s | molecules/s | p50 ms | p95 ms | p99 ms | errors | other CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in points:
+        lines.append(
+            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.answered):.2f} | {p.rate(p.samples):.2f} "
+            f"| {_latencies(p)} | {p.errors} | {100 * p.other_cpu:.0f} % |"
+        )
+    return lines
+
+
+def _other_work(run: Run) -> str:
+    worst = max((p.other_cpu for p in run.points), default=0.0)
+    if worst > OTHER_CPU_WARNING:
+        return f"**other work took up to {100 * worst:.0f} % of the CPU during this run: compare with care.**"
+    return f"it stayed at or below {100 * worst:.0f} % in this run."
+
+
+def _points(run: Run, workload: str) -> list[Point]:
+    names = {c.name for c in run.contenders if c.workload == workload}
+    return [p for p in run.points if p.contender in names]
+
+
+def _at(run: Run, contender: str, users: int) -> Point | None:
+    return next((p for p in run.points if p.contender == contender and p.users == users), None)
+
+
+def _targets(run: Run) -> list[str]:
+    """The issue's targets: measured value, what it rests on, target, and whether this run meets it."""
+    top = max(run.args.users)
+    rows: list[tuple[str, float | None, str, str, Callable[[float], bool]]] = []
+    service = _at(run, SERVICE, top)
+    for other, target in ((NAIVE, 3.0), (PYTRITON, 1.2), (DIRECT, 0.9)):
+        baseline = _at(run, other, top)
+        ratio, basis = None, ""
+        if service and baseline and baseline.sequences:
+            ratio = service.rate(service.sequences) / baseline.rate(baseline.sequences)
+            basis = f"{service.answered} and {baseline.answered} requests answered"
+            if min(service.answered, baseline.answered) < FEW_ANSWERED:
+                basis += " (too few: run longer)"
+        rows.append((f"this service / {other}, seq/s at {top} users", ratio, basis, f">= {target}x", target.__le__))
+    overhead, basis = None, ""
+    if SERVICE in run.probes and DIRECT in run.probes:
+        pairs = list(zip(run.probes[SERVICE].latencies_ms, run.probes[DIRECT].latencies_ms))
+        overhead = float(np.median([service_ms - direct_ms for service_ms, direct_ms in pairs]))
+        basis = f"{len(pairs)} pairs"
+    rows.append(("front overhead: median of paired one-sequence latencies, service − direct Triton (ms)", overhead,
+                 basis, "<= 1.0 ms", (1.0).__ge__))  # fmt: skip
+    service_points = [p for p in run.points if p.contender == SERVICE]
+    share, basis = None, ""
+    if service_points:
+        best = max(service_points, key=lambda p: p.model_flops)
+        share = 100 * best.rate(best.model_flops) / 1e9 / run.matmul_gflops
+        basis = f"best of the sweep: {best.users} users"
+    rows.append(("this service's model FLOP/s at saturation, % of matmul", share, basis, ">= 50 %", (50.0).__le__))
+    lines = ["| what | measured | from | target | met |", "|---|---:|---|---|---|"]
+    for what, value, basis, target, meets in rows:
+        shown, met = ("not measured", "–") if value is None else (f"{value:.2f}", "yes" if meets(value) else "no")
+        lines.append(f"| {what} | {shown} | {basis} | {target} | {met} |")
+    return lines
+
+
+def _winners(run: Run) -> list[str]:
+    """Per number of users: the most sequences per second, and the lowest median latency."""
+    lines = []
+    for users in run.args.users:
+        answered = [p for p in _points(run, "embed") if p.users == users and p.answered]
+        if not answered:
+            continue
+        fastest = max(answered, key=lambda p: p.rate(p.sequences))
+        quickest = min(answered, key=lambda p: p.percentile(50))
+        lines.append(
+            f"- {users} user{'s' if users != 1 else ''}: most throughput **{fastest.contender}** "
+            f"({fastest.rate(fastest.sequences):.1f} seq/s), lowest p50 **{quickest.contender}** "
+            f"({quickest.percentile(50):.0f} ms)"
+        )
+    return lines
+
+
+def _probe_table(run: Run) -> list[str]:
+    lines = ["| contender | p50 ms | min ms | max abs difference to torch |", "|---|---:|---:|---:|"]
+    for name, result in run.probes.items():
+        p50 = np.percentile(result.latencies_ms, 50)
+        lines.append(f"| {name} | {p50:.2f} | {min(result.latencies_ms):.2f} | {result.max_abs_difference:.1e} |")
+    return lines
+
+
+def plot(run: Run, path: Path) -> None:
+    """p50 (solid) and p95 (dashed) latency, and sequences/s, against users, one colour per contender."""
+    figure, (latency, throughput) = plt.subplots(1, 2, figsize=(13, 5))
+    for index, contender in enumerate(c.name for c in run.contenders if c.workload == "embed"):
+        points = sorted((p for p in run.points if p.contender == contender), key=lambda p: p.users)
+        if not points:
+            continue
+        users = [p.users for p in points]
+        colour = f"C{index}"
+        latency.plot(users, [p.percentile(50) for p in points], "o-", color=colour, label=f"{contender} p50")
+        latency.plot(
+            users, [p.percentile(95) for p in points], "s--", color=colour, alpha=0.6, label=f"{contender} p95"
+        )
+        throughput.plot(users, [p.rate(p.sequences) for p in points], "o-", color=colour, label=contender)
+    for axes in (latency, throughput):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(run.args.users, [str(u) for u in run.args.users])
+        axes.set_xlabel("concurrent users (closed loop, no think time)")
+        axes.grid(True, which="both", alpha=0.3)
+    latency.set_yscale("log")
+    latency.set_ylabel("latency per request, ms")
+    latency.set_title("/embed latency: p50 (solid), p95 (dashed)")
+    latency.legend(fontsize=7, ncol=2)
+    throughput.set_ylabel("sequences per second")
+    throughput.set_title("/embed throughput")
+    throughput.legend(fontsize=8)
+    figure.suptitle(f"esm2nv, 1-8 UniProt-like proteins per request; {run.facts['cpu']}", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write(path: Path, run: Run) -> None:
+    picture = path.with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plot(run, picture)
+    policy = MODELS[MODEL].batching
+    weights_flops = 2 * run.shape.matmul_weights_per_layer * run.shape.layers
+    attention_flops = 4 * run.shape.hidden * run.shape.layers
+    lines = [
+        "# Benchmarks: /embed against four other ways of serving the same esm2nv weights",
+        "",
+        f"Written by `make bench` on {run.facts['date']}; every run replaces this file and `{picture.name}`.",
+        "",
+        f"    {run.command}",
+        "",
+        f"The whole run took {run.took_s:.0f} s. Longer or other sweeps: "
+        '`make bench BENCH_SECONDS=60 BENCH_USERS="1 2 4 8 16 32 64"`.',
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {run.facts['cpu']}; memory {run.facts['memory']}; load average at the start "
+        f"{run.facts['load']} (1, 5, 15 min)",
+        f"- float32 matrix multiply, `torch.matmul` of 2048×2048 with torch's {run.facts['torch threads']} threads: "
+        f"**{run.matmul_gflops:.0f} GFLOP/s** (best of 10), the physical limit the model's FLOP/s are compared with",
+        f"- Python {run.facts['python']}; {run.facts['packages']}; the service's tritonserver is `.venv/bin/tritonserver` "
+        "(`tritonserver_setup`), PyTriton starts its own; CPU only",
+        "- Everything runs on this machine: the contender, its Triton if any, and locust (the load generator) share "
+        "the same cores. `other CPU` is the share of the machine's CPU time that neither took (other work on the "
+        f"machine); {_other_work(run)}",
+        "",
+        "## Contenders",
+        "",
+        "| name | what | driven by (locustfile.py) |",
+        "|---|---|---|",
+        *(f"| {c.name} | {c.title} | `{c.user_class}` |" for c in run.contenders),
+        "",
+        f"All use `checkpoints/esm2nv` ({run.shape.layers} layers, {run.shape.hidden} wide) and answer the mean of "
+        "the final hidden states over the residues. `service` and `direct-triton` run its ONNX export in "
+        "`model_repository/esm2nv` (Triton's python backend, onnxruntime); `direct-triton` calls the very "
+        "tritonserver the service started (same models, same config). The others run transformers' `EsmModel` in "
+        f"torch eager. Both Triton models batch alike: `max_batch_size` {policy.max_batch_size}, dynamic batching "
+        f"with a {policy.max_queue_delay_microseconds / 1000:g} ms queue delay, preferred sizes "
+        f"{', '.join(map(str, policy.preferred_batch_sizes))}; `bentoml-batching` merges up to "
+        f"{policy.max_batch_size} sequences.",
+        "",
+        "## Workload",
+        "",
+        f"- /embed: {SEQUENCES_PER_REQUEST[0]}-{SEQUENCES_PER_REQUEST[1]} random proteins per request, lengths "
+        f"log-normal with a median of 270 residues (most 100-500, clipped to 20-{MAX_RESIDUES}), from a fixed seed per user "
+        "(user i: seed i), so every contender gets the same requests in the same order.",
+        f"- /generate: one of {len(DRUG_SMILES)} drug SMILES (20-80 characters), {SAMPLES_PER_SEED[0]}-"
+        f"{SAMPLES_PER_SEED[1]} samples, default decoding; this service only (a later comparison with transformers' "
+        '`generate` adds a contender with `workload="generate"`).',
+        f"- Closed loop: every user sends its next request when the last is answered. Each point runs "
+        f"{run.args.warmup:g} s of warm-up, then {run.args.seconds:g} s measured; then every user waits for the "
+        "request it has sent (nothing is left in a server's queue for the next point). Throughput counts the "
+        "requests answered in the measured window; latencies are those of the requests sent in it, each from its "
+        "own timer; errors count the whole point.",
+        "",
+        "## /embed",
+        "",
+        *_embed_table(run),
+        "",
+        "`avg Triton batch`: rows per model execution in Triton over the point (`inference_count` / "
+        "`execution_count` deltas of the statistics API); `Triton queue/compute/output ms`: per request, from the same "
+        "statistics (`queue`, `compute_infer`, `compute_output`; a request merged into a batch with others is charged "
+        "the whole execution). `model GFLOP/s`: the useful FLOPs of the answered "
+        f"requests per second, with {FORMULA}. For this checkpoint: {weights_flops / 1e6:.1f} MFLOP per token, plus "
+        f"{attention_flops / 1e3:.1f} kFLOP per token for every token of its sequence (attention).",
+        "",
+        "With many users a request waits for all the others (closed loop: the queue always holds one request per "
+        "user), and batching servers answer whole batches at once, so a short window holds few answers at 16-32 "
+        "users: read `answered` before a ratio, and run longer (`BENCH_SECONDS`) for steadier numbers.",
+        "",
+        f"![latency and throughput against concurrency]({picture.name})",
+        "",
+        *_winners(run),
+        "",
+        "## The issue's targets",
+        "",
+        *_targets(run),
+        "",
+        "## Sequential one-sequence requests",
+        "",
+        f"{run.args.probe} single proteins, one request at a time, sent to each contender of a server in turn (so "
+        "the service and direct Triton are compared request by request); answers checked against transformers on "
+        "the same weights.",
+        "",
+        *_probe_table(run),
+        "",
+        "## /generate",
+        "",
+        *_generate_table(run),
+        "",
+    ]
+    path.write_text("\n".join(lines))

@@ -1,0 +1,80 @@
+"""The requests every contender is sent: UniProt-like proteins for /embed, drug-like SMILES for /generate.
+
+One seeded `random.Random` per simulated user makes a run repeatable; the
+locustfile, the driver's warm-up and its sequential probe all draw from here.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from model_catalog import MODELS
+from preprocessing.protein_tokenizer import STANDARD_RESIDUES
+
+MODEL = "esm2nv"
+MAX_RESIDUES = MODELS[MODEL].max_length
+SEQUENCES_PER_REQUEST = (1, 8)
+SAMPLES_PER_SEED = (1, 4)
+
+# Real drug molecules of 20 to 80 characters; each parses with RDKit and tokenizes in MegaMolBART's vocabulary.
+DRUG_SMILES = (
+    "CC(=O)Oc1ccccc1C(=O)O",  # aspirin
+    "Cn1cnc2c1c(=O)n(C)c(=O)n2C",  # caffeine
+    "CC(C)Cc1ccc(cc1)C(C)C(=O)O",  # ibuprofen
+    "COc1ccc2cc(ccc2c1)C(C)C(=O)O",  # naproxen
+    "CNCCC(Oc1ccc(cc1)C(F)(F)F)c1ccccc1",  # fluoxetine
+    "CN1C(=O)CN=C(c2ccccc2)c2cc(Cl)ccc21",  # diazepam
+    "COc1ccc2[nH]c(S(=O)Cc3ncc(C)c(OC)c3C)nc2c1",  # omeprazole
+    "OC(=O)c1cn(C2CC2)c2cc(N3CCNCC3)c(F)cc2c1=O",  # ciprofloxacin
+    "Cc1ccc(-c2cc(C(F)(F)F)nn2-c2ccc(S(N)(=O)=O)cc2)cc1",  # celecoxib
+    "Cc1ccc(NC(=O)c2ccc(CN3CCN(C)CC3)cc2)cc1Nc1nccc(-c2cccnc2)n1",  # imatinib
+    "CCCc1nn(C)c2c(=O)[nH]c(-c3cc(ccc3OCC)S(=O)(=O)N3CCN(C)CC3)nc12",  # sildenafil
+)
+
+
+def protein_length(rng: random.Random) -> int:
+    """Log-normal with a median of e^5.6 ≈ 270 residues (UniProt's is near 300), clipped to 20 and the model limit."""
+    return max(20, min(MAX_RESIDUES, int(rng.lognormvariate(5.6, 0.6))))
+
+
+def protein(rng: random.Random, length: int | None = None) -> str:
+    return "".join(rng.choices(STANDARD_RESIDUES, k=length or protein_length(rng)))
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    """One /embed request and the work it asks for (what throughput and FLOPs are counted in)."""
+
+    sequences: list[str]
+
+    @property
+    def residues(self) -> int:
+        return sum(map(len, self.sequences))
+
+    @property
+    def body(self) -> dict[str, object]:
+        return {"sequences": self.sequences, "model": MODEL}
+
+    def context(self) -> dict[str, int]:
+        """What locust's request event carries for the results file; tokens add ESM's <cls> and <eos>."""
+        tokens = [len(sequence) + 2 for sequence in self.sequences]
+        return {
+            "sequences": len(self.sequences),
+            "residues": self.residues,
+            "tokens": sum(tokens),
+            "token_pairs": sum(count * count for count in tokens),
+        }
+
+
+def embed_request(rng: random.Random) -> EmbedRequest:
+    return EmbedRequest([protein(rng) for _ in range(rng.randint(*SEQUENCES_PER_REQUEST))])
+
+
+def generate_body(rng: random.Random) -> dict[str, object]:
+    """A /generate request: one seed molecule, 1-4 samples, reproducible."""
+    return {
+        "smiles": [rng.choice(DRUG_SMILES)],
+        "num_samples": rng.randint(*SAMPLES_PER_SEED),
+        "seed": rng.randrange(2**31),
+    }
