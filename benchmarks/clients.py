@@ -17,6 +17,7 @@ import tritonclient.http as triton_http
 from benchmarks.workload import MODEL, EmbedRequest
 from model_catalog import MODELS, GraphRole
 from preprocessing import mean_pool, tokenizer_for
+from preprocessing.batching import bucket_width
 
 PYTRITON_MODEL = "esm2nv_pytriton"
 """Contender 4's Triton model: `sequences` BYTES [batch, 1] in, `embeddings` FP32 [batch, hidden] out."""
@@ -59,10 +60,11 @@ class HttpJsonEmbedder:
 class TritonEmbedder:
     """Contender 2: the service's work without the service. Tokenize here, infer on Triton's esm2nv, pool here.
 
-    The same tokenizer (`preprocessing`), the same tensors (binary, as the
-    runner sends them) and the same pooling as the service, so the difference
-    to contender 1 is the BentoML front: HTTP/JSON, validation, the runner hop.
-    A request of at most `max_batch_size` sequences is one Triton call there too.
+    The same tokenizer (`preprocessing`), the same padding to a length bucket,
+    the same tensors (binary) and the same pooling as the service
+    (`serving/encoding.py`), so the difference to contender 1 is the BentoML
+    front: HTTP/JSON, validation, the runner hop. A request of at most
+    `max_batch_size` sequences is one Triton call there too.
     """
 
     def __init__(self, url: str) -> None:
@@ -70,7 +72,8 @@ class TritonEmbedder:
         self.tokenizer = tokenizer_for(MODELS[MODEL])
 
     def embed(self, sequences: list[str]) -> np.ndarray:
-        batch = self.tokenizer.batch(sequences)
+        rows = [self.tokenizer.encode(sequence) for sequence in sequences]
+        batch = self.tokenizer.pad(rows, bucket_width(max(map(len, rows)), self.tokenizer.max_model_tokens))
         inputs = []
         for name, array in batch.model_inputs().items():
             tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])

@@ -130,6 +130,10 @@ def _points(run: Run, workload: str) -> list[Point]:
     return [p for p in run.points if p.contender in names]
 
 
+def _users(count: int) -> str:
+    return f"{count} user" if count == 1 else f"{count} users"
+
+
 def _at(run: Run, contender: str, users: int) -> Point | None:
     return next((p for p in run.points if p.contender == contender and p.users == users), None)
 
@@ -160,7 +164,7 @@ def _targets(run: Run) -> list[str]:
     if service_points:
         best = max(service_points, key=lambda p: p.model_flops)
         share = 100 * best.rate(best.model_flops) / 1e9 / run.matmul_gflops
-        basis = f"best of the sweep: {best.users} users"
+        basis = f"best of the sweep: {_users(best.users)}"
     rows.append(("this service's model FLOP/s at saturation, % of matmul", share, basis, ">= 50 %", (50.0).__le__))
     lines = ["| what | measured | from | target | met |", "|---|---:|---|---|---|"]
     for what, value, basis, target, meets in rows:
@@ -179,7 +183,7 @@ def _winners(run: Run) -> list[str]:
         fastest = max(answered, key=lambda p: p.rate(p.sequences))
         quickest = min(answered, key=lambda p: p.percentile(50))
         lines.append(
-            f"- {users} user{'s' if users != 1 else ''}: most throughput **{fastest.contender}** "
+            f"- {_users(users)}: most throughput **{fastest.contender}** "
             f"({fastest.rate(fastest.sequences):.1f} seq/s), lowest p50 **{quickest.contender}** "
             f"({quickest.percentile(50):.0f} ms)"
         )
