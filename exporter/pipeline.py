@@ -17,7 +17,7 @@ from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, install_onnx
 from exporter.progress import Progress, Silent
 from exporter.triton_config import ONNX_FILE, config_path, render_config
-from exporter.verify import PROVIDERS, ParityReport, check_parity
+from exporter.verify import PROVIDERS, ParityReport, check_parity, require_providers
 from model_catalog import GraphSpec, ModelDescription, Target
 
 BACKEND_SOURCE = Path(__file__).parent / "triton_backend" / "model.py"
@@ -92,8 +92,9 @@ def export_model(
     `external_data`.
     """
     started = time.perf_counter()
+    require_providers(target)  # both checks fail before a long load
     if optimizer is Optimizer.NAVIGATOR:
-        onnx_format = f"ONNX from Triton Model Navigator {navigator_version()}"  # fails before a long load
+        onnx_format = f"ONNX from Triton Model Navigator {navigator_version()}"
     else:
         onnx_format = f"ONNX opset {ONNX_OPSET}, torch.onnx legacy exporter"
     with progress.stage("load", f"{description.name} from {checkpoint}"):

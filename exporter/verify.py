@@ -41,16 +41,21 @@ class ParityReport:
     values_compared: int
 
 
-def gate_session(onnx_path: Path, target: Target) -> onnxruntime.InferenceSession:
-    """An onnxruntime session on `target`'s providers; a clear error where this onnxruntime lacks them."""
-    providers = PROVIDERS[target]
-    missing = [name for name, _ in providers if name not in onnxruntime.get_available_providers()]
+def require_providers(target: Target) -> None:
+    """A clear error, before anything is loaded, where this onnxruntime cannot run `target`'s gate."""
+    missing = [name for name, _ in PROVIDERS[target] if name not in onnxruntime.get_available_providers()]
     if missing:
         raise OptimizerUnavailable(
             f"--target {target.value}: this onnxruntime has no {', '.join(missing)}; verify {target.value} exports "
             f"on a GPU host with onnxruntime-gpu, or export with --target cpu (every target's config is written "
             f"either way)"
         )
+
+
+def gate_session(onnx_path: Path, target: Target) -> onnxruntime.InferenceSession:
+    """An onnxruntime session on `target`'s providers."""
+    require_providers(target)
+    providers = PROVIDERS[target]
     options: list[Any] = [dict(provider_options) for _, provider_options in providers]
     return onnxruntime.InferenceSession(str(onnx_path), providers=[name for name, _ in providers], provider_options=options)
 

@@ -27,8 +27,6 @@ SMILES_REGEX = re.compile(
     r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>|\*|\$|\%[0-9]{2}|[0-9]|.)"
 )
 VOCABULARY_FILE = Path(__file__).parent / "vocab" / "megamolbart.vocab"
-
-
 MEGAMOLBART_TOKENS: tuple[str, ...] = read_vocabulary(VOCABULARY_FILE)
 PAD, UNKNOWN, BEGIN, END = "<PAD>", "?", "^", "&"
 FIRST_CHEMISTRY_ID = 272

@@ -9,6 +9,7 @@ def read_vocabulary(path: Path) -> tuple[str, ...]:
     """A vocabulary file: one token per line, in id order (tokens may contain spaces, as `LogD_change_(-0.1, 0.1]`)."""
     return tuple(line.strip() for line in path.read_text().splitlines() if line.strip())
 
+
 # fair-esm's Alphabet.from_architecture("ESM-1b"), used by ESM-1nv and ESM-2nv:
 # 33 tokens, <cls> first, <mask> last.
 ESM_ALPHABET: tuple[str, ...] = (

@@ -16,6 +16,7 @@ from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, Tokenizer, l2_normalize, mean_pool, tokenizer_for
 from preprocessing.batching import bucket_width
 from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
+from serving.payloads import encode_arrays
 from serving.protocol import (
     EmbedRequest,
     HiddenRequest,
@@ -24,7 +25,6 @@ from serving.protocol import (
     ModelsResponse,
     Pooling,
 )
-from serving.payloads import encode_arrays
 from serving.triton_models import ServedModel, discover_models
 
 
