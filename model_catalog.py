@@ -43,9 +43,9 @@ class GraphRole(str, enum.Enum):
     """The exported graphs a model may consist of; each is one Triton model."""
 
     ENCODER = "encoder"
-    """(input_ids, attention_mask) -> hidden_states"""
+    """(input_ids, attention_mask, pooling_mask) -> hidden_states, embeddings"""
     DECODER_STEP = "decoder"
-    """(decoder_ids, encoder_hidden_states, encoder_mask) -> logits of the next token"""
+    """(decoder_ids, decoder_mask, encoder_hidden_states, encoder_mask) -> logits of each row's next token"""
 
 
 @dataclass(frozen=True)
@@ -112,26 +112,30 @@ class GraphSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 
-    @property
-    def output(self) -> TensorSpec:
-        """The single output tensor."""
-        (only,) = self.outputs
-        return only
+    def output(self, name: str) -> TensorSpec:
+        return next(spec for spec in self.outputs if spec.name == name)
 
 
-TOKEN_INPUTS = (
-    TensorSpec("input_ids", "TYPE_INT64", (-1,), "token ids: special tokens around one token per residue, then padding"),
-    TensorSpec("attention_mask", "TYPE_INT64", (-1,), "1 for real tokens (special tokens included), 0 for padding"),
+ENCODER = GraphSpec(
+    GraphRole.ENCODER,
+    inputs=(
+        TensorSpec("input_ids", "TYPE_INT64", (-1,), "token ids: special tokens around each residue's, then padding"),
+        TensorSpec("attention_mask", "TYPE_INT64", (-1,), "1 for real tokens (special tokens included), 0 for padding"),
+        TensorSpec("pooling_mask", "TYPE_INT64", (-1,), "1 where embeddings averages: the residues, or <cls> alone"),
+    ),
+    outputs=(
+        TensorSpec("hidden_states", "TYPE_FP32", (-1, "hidden_size"), "final-layer hidden states at every position"),
+        # Pooled in the graph, so that /embed moves [batch, hidden_size] through Triton, not every token's state.
+        TensorSpec("embeddings", "TYPE_FP32", ("hidden_size",), "mean of hidden_states where pooling_mask is 1"),
+    ),
 )
-
-HIDDEN_STATES_OUTPUT = TensorSpec(
-    "hidden_states", "TYPE_FP32", (-1, "hidden_size"), "final-layer hidden states for every token position"
-)
-ENCODER = GraphSpec(GraphRole.ENCODER, TOKEN_INPUTS, (HIDDEN_STATES_OUTPUT,))
 DECODER_STEP = GraphSpec(
     GraphRole.DECODER_STEP,
     inputs=(
         TensorSpec("decoder_ids", "TYPE_INT64", (-1,), "the tokens decoded so far, starting with the begin token"),
+        # Rows of different lengths share a batch (requests that started at different steps): right padding
+        # is invisible to causal attention, and each row's logits come from its last decoded token.
+        TensorSpec("decoder_mask", "TYPE_INT64", (-1,), "1 for decoded tokens, 0 for padding"),
         TensorSpec("encoder_hidden_states", "TYPE_FP32", (-1, "hidden_size"), "the encoder's hidden_states"),
         TensorSpec("encoder_mask", "TYPE_INT64", (-1,), "the encoder's attention_mask"),
     ),

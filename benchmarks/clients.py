@@ -16,8 +16,8 @@ import tritonclient.http as triton_http
 
 from benchmarks.workload import MODEL, EmbedRequest
 from model_catalog import MODELS, GraphRole
-from preprocessing import mean_pool, tokenizer_for
-from preprocessing.batching import bucket_width
+from preprocessing import tokenizer_for
+from preprocessing.batching import bucketed_chunks
 
 PYTRITON_MODEL = "esm2nv_pytriton"
 """Contender 4's Triton model: `sequences` BYTES [batch, 1] in, `embeddings` FP32 [batch, hidden] out."""
@@ -25,7 +25,7 @@ PYTRITON_INPUT = "sequences"
 PYTRITON_OUTPUT = "embeddings"
 ENCODER = MODELS[MODEL].graph(GraphRole.ENCODER)
 TRITON_DATATYPES = {spec.name: spec.data_type.removeprefix("TYPE_") for spec in ENCODER.inputs}
-TRITON_OUTPUT = ENCODER.output.name
+TRITON_OUTPUT = "embeddings"
 
 
 class Embedder(Protocol):
@@ -58,30 +58,36 @@ class HttpJsonEmbedder:
 
 
 class TritonEmbedder:
-    """Contender 2: the service's work without the service. Tokenize here, infer on Triton's esm2nv, pool here.
+    """Contender 2: the service's work without the service. Tokenize here, infer on Triton's esm2nv, which pools.
 
-    The same tokenizer (`preprocessing`), the same padding to a length bucket,
-    the same tensors (binary) and the same pooling as the service
+    The same tokenizer (`preprocessing`), the same chunks of one length bucket
+    each, sent concurrently, the same tensors (binary) as the service
     (`serving/encoding.py`), so the difference to contender 1 is the BentoML
-    front: HTTP/JSON, validation, the runner hop. A request of at most
-    `max_batch_size` sequences is one Triton call there too.
+    front: HTTP/JSON, validation, the runner hop.
     """
 
     def __init__(self, url: str) -> None:
-        self.client = triton_http.InferenceServerClient(triton_address(url), network_timeout=300)
+        self.client = triton_http.InferenceServerClient(triton_address(url), network_timeout=300, concurrency=8)
         self.tokenizer = tokenizer_for(MODELS[MODEL])
 
     def embed(self, sequences: list[str]) -> np.ndarray:
         rows = [self.tokenizer.encode(sequence) for sequence in sequences]
-        batch = self.tokenizer.pad(rows, bucket_width(max(map(len, rows)), self.tokenizer.max_model_tokens))
-        inputs = []
-        for name, array in batch.model_inputs().items():
-            tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])
-            tensor.set_data_from_numpy(array, binary_data=True)
-            inputs.append(tensor)
+        lengths = [len(row) for row in rows]
+        chunks = bucketed_chunks(lengths, self.tokenizer.max_model_tokens, MODELS[MODEL].batching.max_batch_size)
         output = triton_http.InferRequestedOutput(TRITON_OUTPUT, binary_data=True)
-        hidden_states = self.client.infer(MODEL, inputs, outputs=[output]).as_numpy(TRITON_OUTPUT)
-        return mean_pool(hidden_states, batch.residue_mask)
+        pending = []
+        for width, members in chunks:
+            inputs = []
+            for name, array in self.tokenizer.pad([rows[i] for i in members], width).model_inputs().items():
+                tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])
+                tensor.set_data_from_numpy(array, binary_data=True)
+                inputs.append(tensor)
+            pending.append((members, self.client.async_infer(MODEL, inputs, outputs=[output])))
+        embeddings: list[np.ndarray] = [np.empty(0)] * len(rows)
+        for members, request in pending:
+            for index, vector in zip(members, request.get_result().as_numpy(TRITON_OUTPUT)):
+                embeddings[index] = vector
+        return np.stack(embeddings)
 
     def close(self) -> None:
         self.client.close()

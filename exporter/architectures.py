@@ -22,22 +22,32 @@ from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
 
 
-class HiddenStatesEncoder(torch.nn.Module):
-    """(input_ids, attention_mask) -> final hidden states: the encoder graph Triton serves."""
+class EncoderGraph(torch.nn.Module):
+    """(input_ids, attention_mask, pooling_mask) -> (hidden_states, embeddings): the encoder graph Triton serves.
+
+    `embeddings` is the mean of the final hidden states over the pooling mask,
+    computed in the graph so that an embedding leaves Triton as one vector.
+    """
 
     def __init__(self, encoder: torch.nn.Module) -> None:
         super().__init__()
         self.encoder = encoder
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooling_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden_states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        weights = pooling_mask.unsqueeze(-1).to(hidden_states.dtype)
+        return hidden_states, (hidden_states * weights).sum(dim=1) / weights.sum(dim=1)
 
 
 class DecoderStep(torch.nn.Module):
-    """(decoder_ids, encoder_hidden_states, encoder_mask) -> logits of the next token.
+    """(decoder_ids, decoder_mask, encoder_hidden_states, encoder_mask) -> logits of each row's next token.
 
     The whole prefix is decoded at every step (no key-value cache), which keeps
-    the graph stateless so that Triton can batch steps of unrelated requests.
+    the graph stateless so that Triton can batch steps of unrelated requests;
+    rows are right-padded to the longest prefix, and each row's logits are read
+    at its own last token.
     """
 
     def __init__(self, seq2seq: torch.nn.Module) -> None:
@@ -45,15 +55,20 @@ class DecoderStep(torch.nn.Module):
         self.seq2seq = seq2seq
 
     def forward(
-        self, decoder_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, encoder_mask: torch.Tensor
+        self,
+        decoder_ids: torch.Tensor,
+        decoder_mask: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_mask: torch.Tensor,
     ) -> torch.Tensor:
         hidden = self.seq2seq.model.decoder(
             input_ids=decoder_ids,
             encoder_hidden_states=encoder_hidden_states,
             encoder_attention_mask=encoder_mask,
             use_cache=False,
-        ).last_hidden_state[:, -1]
-        return self.seq2seq.lm_head(hidden) + self.seq2seq.final_logits_bias
+        ).last_hidden_state
+        last = (decoder_mask.sum(dim=1) - 1).view(-1, 1, 1).expand(-1, 1, hidden.shape[-1])
+        return self.seq2seq.lm_head(hidden.gather(1, last).squeeze(1)) + self.seq2seq.final_logits_bias
 
 
 @dataclass(frozen=True)
@@ -212,7 +227,7 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
         _check_vocabulary(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
     model = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
-        graphs={GraphRole.ENCODER: HiddenStatesEncoder(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)},
+        graphs={GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)},
         sizes={"hidden_size": config.d_model, "vocab_size": config.vocab_size},
         max_positions=config.max_position_embeddings,
     )
@@ -249,7 +264,7 @@ def _encoder_only(encoder: torch.nn.Module) -> ExportableModel:
     # ESM numbers learned positions from padding_idx + 1 (fairseq); rotary (ESM-2) and relative (T5) have no table.
     learned = getattr(config, "position_embedding_type", None) == "absolute"
     return ExportableModel(
-        graphs={GraphRole.ENCODER: HiddenStatesEncoder(encoder)},
+        graphs={GraphRole.ENCODER: EncoderGraph(encoder)},
         sizes={"hidden_size": config.hidden_size},
         max_positions=config.max_position_embeddings - config.pad_token_id - 1 if learned else None,
     )

@@ -14,29 +14,43 @@ from preprocessing import tokenizer_for
 @dataclass(frozen=True)
 class GraphInputs:
     feeds: dict[str, np.ndarray]
-    compared: np.ndarray | None
-    """Where outputs must agree (real tokens of an encoder batch); None: everywhere."""
+    compared: dict[str, np.ndarray]
+    """Where an output must agree (hidden states: at real tokens); an output not named: everywhere."""
 
 
 def encoder_inputs(description: ModelDescription, lengths: list[int], rng: np.random.Generator) -> GraphInputs:
     tokenizer = tokenizer_for(description)
     rows = [tokenizer.wrap(rng.choice(tokenizer.content_ids, size=length)) for length in lengths]
     batch = tokenizer.pad(rows)
-    return GraphInputs(batch.model_inputs(), batch.attention_mask.astype(bool))
+    return GraphInputs(batch.model_inputs(), {"hidden_states": batch.attention_mask.astype(bool)})
 
 
 def decoder_step_inputs(
     description: ModelDescription, encoder: torch.nn.Module, lengths: list[int], decoded: int, rng: np.random.Generator
 ) -> GraphInputs:
-    """A decoder step after `decoded` tokens, attending to the torch encoder's states of a padded batch."""
+    """A decoder step after `decoded` tokens or fewer, attending to the torch encoder's states of a padded batch.
+
+    Every other row is shorter by 1 to `decoded` tokens (right-padded), as rows are when requests that
+    started at different steps share a batch.
+    """
     tokenizer = tokenizer_for(description)
     source = encoder_inputs(description, lengths, rng).feeds
     with torch.inference_mode():
-        states = encoder(**{name: torch.from_numpy(array) for name, array in source.items()}).numpy()
+        states, _ = encoder(**{name: torch.from_numpy(array) for name, array in source.items()})
     prefix = rng.choice(tokenizer.content_ids, size=(len(lengths), decoded))
     decoder_ids = np.concatenate((np.full((len(lengths), 1), tokenizer.begin_id), prefix), axis=1)
-    feeds = {"decoder_ids": decoder_ids, "encoder_hidden_states": states, "encoder_mask": source["attention_mask"]}
-    return GraphInputs(feeds, None)
+    decoder_mask = np.ones_like(decoder_ids)
+    for row in range(1, len(lengths), 2) if decoded else ():
+        kept = 1 + rng.integers(decoded)  # the begin token and 0 to decoded - 1 tokens
+        decoder_ids[row, kept:] = tokenizer.pad_id
+        decoder_mask[row, kept:] = 0
+    feeds = {
+        "decoder_ids": decoder_ids,
+        "decoder_mask": decoder_mask,
+        "encoder_hidden_states": states.numpy(),
+        "encoder_mask": source["attention_mask"],
+    }
+    return GraphInputs(feeds, {})
 
 
 def verification_inputs(

@@ -76,13 +76,15 @@ def check_parity(
     tolerance = TOLERANCES[target.precision] if tolerance is None else tolerance
     session = gate_session(onnx_path, target)
     worst, compared = 0.0, 0
+    outputs = [spec.name for spec in graph.outputs]
     for batch in batches:
-        (exported,) = session.run([graph.output.name], batch.feeds)
+        exported = session.run(outputs, batch.feeds)
         with torch.inference_mode():
-            reference = module(**{key: torch.from_numpy(array) for key, array in batch.feeds.items()}).numpy()
-        where = batch.compared if batch.compared is not None else np.ones(exported.shape[:1], dtype=bool)
-        difference = np.abs(exported[where] - reference[where])
-        worst, compared = max(worst, float(difference.max())), compared + difference.size
+            references = module(**{key: torch.from_numpy(array) for key, array in batch.feeds.items()})
+        for output_name, output, reference in zip(outputs, exported, references if len(outputs) > 1 else (references,)):
+            where = batch.compared.get(output_name, np.ones(output.shape[:1], dtype=bool))
+            difference = np.abs(output[where] - reference.numpy()[where])
+            worst, compared = max(worst, float(difference.max())), compared + difference.size
     if not worst <= tolerance:
         raise ParityError(
             f"{name}: onnxruntime ({session.get_providers()[0]}) differs from torch by {worst:.3g} (tolerance "

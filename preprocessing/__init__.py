@@ -5,7 +5,7 @@ from __future__ import annotations
 from model_catalog import ModelDescription, TokenizerKind
 from preprocessing.batching import TokenBatch
 from preprocessing.errors import SequenceError
-from preprocessing.pooling import l2_normalize, mean_pool
+from preprocessing.pooling import l2_normalize
 from preprocessing.protein_tokenizer import ESM_VOCABULARY, PROTT5_VOCABULARY, ProteinTokenizer
 from preprocessing.smiles import SmilesTokenizer
 
@@ -27,6 +27,5 @@ __all__ = [
     "TokenBatch",
     "Tokenizer",
     "l2_normalize",
-    "mean_pool",
     "tokenizer_for",
 ]

@@ -16,9 +16,17 @@ class TokenBatch:
     residue_mask: np.ndarray
     """True exactly at content positions (residues, SMILES tokens): not special tokens, not padding."""
 
-    def model_inputs(self) -> dict[str, np.ndarray]:
-        """The arrays the encoder takes, keyed by their tensor names in `model_catalog.TOKEN_INPUTS`."""
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+    def model_inputs(self, pooling_mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays the encoder takes, keyed by their tensor names in `model_catalog.ENCODER`.
+
+        The embeddings average over `pooling_mask` (default: the residues).
+        """
+        pooling_mask = self.residue_mask if pooling_mask is None else pooling_mask
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "pooling_mask": pooling_mask.astype(np.int64),
+        }
 
 
 def pad_batch(encoded: list[np.ndarray], pad_id: int, prefix: int, suffix: int, width: int | None = None) -> TokenBatch:
@@ -38,14 +46,30 @@ SMALLEST_BUCKET = 16
 
 
 def bucket_width(longest: int, ceiling: int) -> int:
-    """The width to pad a batch to whose longest row has `longest` tokens: the next of 16, 24, 32, 48, 64, 96, ...
+    """The width to pad a row of `longest` tokens to: the next of 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, ...
 
-    Requests padded to the same bucket have the same shape, which is what lets
-    Triton's dynamic batcher merge concurrent requests into one model run. Each
-    bucket is 1.33x or 1.5x the one before, so the extra padding is at most half
-    the longest row; `ceiling` (the model's longest input) caps it.
+    Rows padded to the same bucket have the same shape, which is what lets
+    Triton's dynamic batcher merge concurrent requests into one model run.
+    Four buckets per doubling keep the padding under a quarter of the row;
+    `ceiling` (the model's longest input) caps it.
     """
     width = SMALLEST_BUCKET
     while width < longest:
-        width = width * 3 // 2 if width & (width - 1) == 0 else width * 4 // 3  # 16 -> 24 -> 32 -> 48 -> 64 ...
+        width += (1 << (width.bit_length() - 1)) // 4  # a quarter of the power of two at or below width
     return max(longest, min(width, ceiling))
+
+
+def bucketed_chunks(lengths: list[int], ceiling: int, max_batch_size: int) -> list[tuple[int, list[int]]]:
+    """The rows of a request grouped by length bucket, as (width, row indices) of at most `max_batch_size` rows.
+
+    A request of proteins of 60 and 900 residues padded to one width would spend
+    most of its compute on padding; per bucket, at most a quarter is padding.
+    """
+    by_width: dict[int, list[int]] = {}
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        by_width.setdefault(bucket_width(lengths[index], ceiling), []).append(index)
+    return [
+        (width, rows[start : start + max_batch_size])
+        for width, rows in by_width.items()
+        for start in range(0, len(rows), max_batch_size)
+    ]

@@ -10,11 +10,12 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+import tritonclient.http.aio as triton_http
 from tritonclient.utils import InferenceServerException
 
 from model_catalog import MODELS, Capability, GraphRole
-from preprocessing import SequenceError, Tokenizer, l2_normalize, mean_pool, tokenizer_for
-from preprocessing.batching import bucket_width
+from preprocessing import SequenceError, Tokenizer, l2_normalize, tokenizer_for
+from preprocessing.batching import bucketed_chunks
 from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
 from serving.payloads import encode_arrays
 from serving.protocol import (
@@ -68,11 +69,10 @@ def select_model(
 
 @dataclass(frozen=True)
 class Encoded:
-    """Encoder output for a whole request, in input order, padded to its longest input."""
+    """Encoder hidden states for a whole request, in input order, padded to its longest input."""
 
     hidden_states: np.ndarray
     attention_mask: np.ndarray
-    residue_mask: np.ndarray
 
 
 class EncoderEngine:
@@ -120,11 +120,10 @@ class EncoderEngine:
         tokenizer = self.tokenizers[model.name]
         if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
             raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
-        encoded = await self.encode(model, request.sequences)
-        if request.pooling is Pooling.CLS:
-            vectors = encoded.hidden_states[:, tokenizer.summary_position]
-        else:
-            vectors = mean_pool(encoded.hidden_states, encoded.residue_mask)
+        # The graph pools: over the residues (mean), or over <cls> alone, which is that token's state.
+        at_cls = request.pooling is Pooling.CLS
+        rows = self.tokenize(model, request.sequences)
+        vectors = np.stack(await self.run_encoder(model, rows, "embeddings", pool_at_summary=at_cls))
         return model, l2_normalize(vectors) if request.normalize else vectors
 
     async def hidden(self, request: HiddenRequest) -> HiddenResponse:
@@ -141,46 +140,61 @@ class EncoderEngine:
         )
 
     async def encode(self, model: ServedModel, sequences: list[str], field: str = "sequences") -> Encoded:
-        """Tokenize every input (all problems reported at once, under `field`) and run the encoder.
+        """Every input's hidden states, zero-padded to the longest, with the mask of real tokens."""
+        rows = self.tokenize(model, sequences, field)
+        states = await self.run_encoder(model, rows, "hidden_states")
+        batch = self.tokenizers[model.name].pad(rows)
+        hidden_states = np.zeros(batch.input_ids.shape + states[0].shape[1:], dtype=np.float32)
+        for index, row in enumerate(states):
+            hidden_states[index, : len(row)] = row
+        return Encoded(hidden_states, batch.attention_mask)
 
-        The encoder runs on length-sorted chunks, concurrently.
-        """
+    def tokenize(self, model: ServedModel, sequences: list[str], field: str = "sequences") -> list[np.ndarray]:
+        """Token ids of every input; every problem is reported at once, under `field`."""
         tokenizer = self.tokenizers[model.name]
-        encoded, problems = [], []
+        rows, problems = [], []
         for index, sequence in enumerate(sequences):
             try:
-                encoded.append(tokenizer.encode(sequence, index))
+                rows.append(tokenizer.encode(sequence, index))
             except SequenceError as error:
                 problems.append(FieldProblem(f"{field}[{error.index}]", error.message))
         if problems:
             raise InvalidRequest(problems)
-        # Sorting by length before cutting Triton-sized chunks keeps padding small; padding each chunk
-        # to a length bucket gives concurrent requests the same shapes, so Triton's batcher merges them.
-        order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
-        size = model.graph(GraphRole.ENCODER).max_batch_size
-        chunks = [order[start : start + size] for start in range(0, len(order), size)]
-        outputs = await asyncio.gather(
-            *(
-                self.infer(model, GraphRole.ENCODER, self._bucketed(tokenizer, [encoded[i] for i in chunk]))
-                for chunk in chunks
-            )
+        return rows
+
+    async def run_encoder(
+        self, model: ServedModel, rows: list[np.ndarray], output: str, pool_at_summary: bool = False
+    ) -> list[np.ndarray]:
+        """The encoder's `output` for every row, in input order: hidden states cut to the row's length, or an embedding.
+
+        Rows are cut into chunks of one length bucket each, sent concurrently: little
+        padding within a request, and concurrent requests share shapes, so Triton's
+        dynamic batcher merges them. `pool_at_summary` pools the embedding at <cls>
+        instead of over the residues.
+        """
+        tokenizer = self.tokenizers[model.name]
+        chunks = bucketed_chunks(
+            [len(row) for row in rows], tokenizer.max_model_tokens, model.graph(GraphRole.ENCODER).max_batch_size
         )
-        batch = tokenizer.pad(encoded)
-        width = batch.input_ids.shape[1]
-        hidden_states = np.zeros(batch.input_ids.shape + (outputs[0].shape[2],), dtype=np.float32)
-        for chunk, output in zip(chunks, outputs):
-            hidden_states[chunk, : output.shape[1]] = output[:, :width]
-        hidden_states[batch.attention_mask == 0] = 0  # padding carries no state
-        return Encoded(hidden_states, batch.attention_mask, batch.residue_mask)
 
-    @staticmethod
-    def _bucketed(tokenizer: Tokenizer, rows: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """`rows` right-padded to the length bucket of the longest, as the encoder's inputs."""
-        width = bucket_width(max(len(row) for row in rows), tokenizer.max_model_tokens)
-        return tokenizer.pad(rows, width).model_inputs()
+        async def run(width: int, members: list[int]) -> np.ndarray:
+            batch = tokenizer.pad([rows[index] for index in members], width)
+            pooling_mask = None
+            if pool_at_summary:
+                pooling_mask = np.zeros_like(batch.residue_mask)
+                pooling_mask[:, tokenizer.summary_position] = True
+            return await self.infer(model, GraphRole.ENCODER, batch.model_inputs(pooling_mask), output)
 
-    async def infer(self, model: ServedModel, role: GraphRole, arrays: dict[str, np.ndarray]) -> np.ndarray:
-        """Run one graph of `model` at its version and return the single output; Triton away is a 503.
+        results: list[np.ndarray] = [np.empty(0)] * len(rows)
+        for (_, members), outputs in zip(chunks, await asyncio.gather(*(run(*chunk) for chunk in chunks))):
+            for index, result in zip(members, outputs):
+                results[index] = result[: len(rows[index])] if output == "hidden_states" else result
+        return results
+
+    async def infer(
+        self, model: ServedModel, role: GraphRole, arrays: dict[str, np.ndarray], output: str
+    ) -> np.ndarray:
+        """Run one graph of `model` at its version and return its `output`; Triton away is a 503.
 
         A batch larger than the graph's max_batch_size goes as several concurrent calls. The
         runner's client `infer` is called directly: it takes a version and headers, and needs no
@@ -189,19 +203,17 @@ class EncoderEngine:
         graph = model.graph(role)
         rows = len(next(iter(arrays.values())))
         if rows > graph.max_batch_size:
-            parts = await asyncio.gather(
-                *(
-                    self.infer(model, role, {name: array[start : start + graph.max_batch_size] for name, array in arrays.items()})
-                    for start in range(0, rows, graph.max_batch_size)
-                )
-            )
-            return np.concatenate(parts)
+            parts = [
+                {name: array[start : start + graph.max_batch_size] for name, array in arrays.items()}
+                for start in range(0, rows, graph.max_batch_size)
+            ]
+            return np.concatenate(await asyncio.gather(*(self.infer(model, role, part, output) for part in parts)))
         with triton_call(f"{graph.name} version {model.version}"):
             result = await self.runner.infer(
                 graph.name,
                 graph.infer_inputs(arrays),
                 model_version=str(model.version),
-                outputs=graph.requested_outputs(),
+                outputs=[triton_http.InferRequestedOutput(output, binary_data=True)],
                 headers=UNCOMPRESSED,
             )
-        return result.as_numpy(graph.spec.output.name)
+        return result.as_numpy(output)

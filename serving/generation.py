@@ -1,14 +1,12 @@
-"""/decode and /generate: the decode loop over MegaMolBART's decoder-step graph.
+"""/decode and /generate: greedy decoding, sampling and beam search over MegaMolBART's decoder-step graph.
 
-Each step sends every live row (all samples and beams of the request) to
-Triton in one call, and the decoder graph is stateless, so Triton's dynamic
-batcher can merge the steps of concurrent requests.
+Each request's decoding is driven by the worker's `DecodeBatcher`, which sends
+the live rows of every request in flight to Triton in one step.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -17,6 +15,7 @@ from model_catalog import Capability, GraphRole
 from preprocessing import SmilesTokenizer
 from preprocessing.decoding import BeamSearch, greedy, log_softmax, sample_top_k_top_p
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
+from serving.decode_batcher import DecodeBatcher, Latents
 from serving.encoding import EncoderEngine
 from serving.errors import FieldProblem, InvalidRequest
 from serving.protocol import (
@@ -33,17 +32,65 @@ from serving.protocol import (
 from serving.triton_models import ServedModel
 
 
-@dataclass(frozen=True)
-class Latents:
-    """Encoder states to decode from, one row per molecule to produce."""
+class TokenByToken:
+    """Every row extended by `choose(logits)` (greedy, or a sampler) until it ends or reaches `max_length`."""
 
-    hidden_states: np.ndarray
-    mask: np.ndarray
+    def __init__(
+        self, latents: Latents, max_length: int, choose: Callable[[np.ndarray], np.ndarray], tokenizer: SmilesTokenizer
+    ) -> None:
+        self.latents, self.max_length, self.choose = latents, max_length, choose
+        self.begin_id, self.end_id, self.pad_id = tokenizer.begin_id, tokenizer.end_id, tokenizer.pad_id
+        self.ids = np.full((len(latents.mask), 1), self.begin_id, dtype=np.int64)
+        self.live = np.arange(len(latents.mask))
+
+    def query(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.ids[self.live], self.live
+
+    def advance(self, logits: np.ndarray) -> bool:
+        chosen = self.choose(logits)
+        step = np.full(len(self.ids), self.pad_id, dtype=np.int64)
+        step[self.live] = chosen
+        self.ids = np.concatenate((self.ids, step[:, None]), axis=1)
+        self.live = self.live[chosen != self.end_id]
+        return not self.live.size or self.ids.shape[1] > self.max_length
+
+    def result(self) -> list[np.ndarray]:
+        return list(self.ids)
+
+
+class BeamDecoding:
+    """Beam search per row; the live hypotheses of all rows are one query."""
+
+    def __init__(self, latents: Latents, max_length: int, beam_size: int, tokenizer: SmilesTokenizer) -> None:
+        self.latents, self.max_length = latents, max_length
+        self.searches = [BeamSearch(beam_size, tokenizer.begin_id, tokenizer.end_id) for _ in range(len(latents.mask))]
+        self.steps = 0
+
+    def query(self) -> tuple[np.ndarray, np.ndarray]:
+        active = [i for i, search in enumerate(self.searches) if not search.done]
+        owners = np.array([i for i in active for _ in self.searches[i].live])
+        ids = np.array([hypothesis for i in active for hypothesis, _ in self.searches[i].live], dtype=np.int64)
+        return ids, owners
+
+    def advance(self, logits: np.ndarray) -> bool:
+        log_probs = log_softmax(logits)
+        offset = 0
+        for search in self.searches:
+            if not search.done:
+                count = len(search.live)
+                search.step(log_probs[offset : offset + count])
+                offset += count
+        self.steps += 1
+        return self.steps >= self.max_length or all(search.done for search in self.searches)
+
+    def result(self) -> list[np.ndarray]:
+        return [np.array(search.best()) for search in self.searches]
 
 
 class MoleculeGenerator:
     def __init__(self, engine: EncoderEngine) -> None:
         self.engine = engine
+        self._batchers: dict[tuple[str, int], DecodeBatcher] = {}
 
     async def decode(self, request: DecodeRequest) -> DecodeResponse:
         model = await self.engine.model(request.model, Capability.DECODE, request.model_version)
@@ -61,8 +108,8 @@ class MoleculeGenerator:
         return await self._decode_latents(model, Latents(hidden_states, mask), DEFAULT_MAX_DECODE_LENGTH)
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> DecodeResponse:
-        ids = await self._token_by_token(model, latents, max_length, greedy)
         tokenizer = self._tokenizer(model)
+        ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
         return DecodeResponse(model=model.name, model_version=model.version, smiles=[tokenizer.decode(row) for row in ids])
 
     async def generate(self, request: GenerateRequest) -> GenerateResponse:
@@ -75,16 +122,18 @@ class MoleculeGenerator:
         mask = np.repeat(encoded.attention_mask, request.num_samples, axis=0)
         noise = rng.standard_normal(states.shape).astype(np.float32) * np.float32(request.scaled_radius)
         latents = Latents((states + noise) * mask[:, :, None], mask)
+        tokenizer = self._tokenizer(model)
+        decoding: TokenByToken | BeamDecoding
         if request.method is DecodingMethod.BEAM:
-            ids = await self._beam(model, latents, request.max_length, request.beam_size)
+            decoding = BeamDecoding(latents, request.max_length, request.beam_size, tokenizer)
         elif request.method is DecodingMethod.TOPKP:
             choose = functools.partial(
                 sample_top_k_top_p, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p, rng=rng
             )
-            ids = await self._token_by_token(model, latents, request.max_length, choose)
+            decoding = TokenByToken(latents, request.max_length, choose, tokenizer)
         else:
-            ids = await self._token_by_token(model, latents, request.max_length, greedy)
-        tokenizer = self._tokenizer(model)
+            decoding = TokenByToken(latents, request.max_length, greedy, tokenizer)
+        ids = await self._run(model, decoding)
         generated = [tokenizer.decode(row) for row in ids]
         results = []
         for index, seed_smiles in enumerate(request.smiles):
@@ -97,46 +146,17 @@ class MoleculeGenerator:
         assert isinstance(tokenizer, SmilesTokenizer), f"{model.name} decodes but has no SMILES tokenizer"
         return tokenizer
 
-    async def _step(self, model: ServedModel, ids: np.ndarray, latents: Latents, rows: np.ndarray) -> np.ndarray:
-        """Next-token logits [len(rows), vocab] for the given rows of the latents."""
-        arrays = {"decoder_ids": ids, "encoder_hidden_states": latents.hidden_states[rows], "encoder_mask": latents.mask[rows]}
-        return await self.engine.infer(model, GraphRole.DECODER_STEP, arrays)
+    async def _run(self, model: ServedModel, decoding: TokenByToken | BeamDecoding) -> list[np.ndarray]:
+        """Decode with the other requests in flight for the same model version; the decoded ids of every row."""
+        key = (model.name, model.version)
+        if key not in self._batchers:
 
-    async def _token_by_token(
-        self, model: ServedModel, latents: Latents, max_length: int, choose: Callable[[np.ndarray], np.ndarray]
-    ) -> list[np.ndarray]:
-        """Extend every row by `choose(logits)` (greedy, or a sampler) until it ends or reaches `max_length`."""
-        tokenizer = self._tokenizer(model)
-        rows = len(latents.mask)
-        ids = np.full((rows, 1), tokenizer.begin_id, dtype=np.int64)
-        live = np.arange(rows)
-        for _ in range(max_length):
-            chosen = choose(await self._step(model, ids[live], latents, live))
-            step = np.full(rows, tokenizer.pad_id, dtype=np.int64)
-            step[live] = chosen
-            ids = np.concatenate((ids, step[:, None]), axis=1)
-            live = live[chosen != tokenizer.end_id]
-            if not live.size:
-                break
-        return list(ids)
+            async def step(arrays: dict[str, np.ndarray]) -> np.ndarray:
+                return await self.engine.infer(model, GraphRole.DECODER_STEP, arrays, "logits")
 
-    async def _beam(self, model: ServedModel, latents: Latents, max_length: int, beam_size: int) -> list[np.ndarray]:
-        """Beam search per row; the live hypotheses of all rows go to Triton together at each step."""
-        tokenizer = self._tokenizer(model)
-        searches = [BeamSearch(beam_size, tokenizer.begin_id, tokenizer.end_id) for _ in range(len(latents.mask))]
-        for _ in range(max_length):
-            active = [i for i, search in enumerate(searches) if not search.done]
-            if not active:
-                break
-            owners = np.array([i for i in active for _ in searches[i].live])
-            ids = np.array([hypothesis for i in active for hypothesis, _ in searches[i].live], dtype=np.int64)
-            log_probs = log_softmax(await self._step(model, ids, latents, owners))
-            offset = 0
-            for i in active:
-                count = len(searches[i].live)
-                searches[i].step(log_probs[offset : offset + count])
-                offset += count
-        return [np.array(search.best()) for search in searches]
+            self._batchers[key] = DecodeBatcher(step, self._tokenizer(model).pad_id)
+        await self._batchers[key].decode(decoding)
+        return decoding.result()
 
 
 def _latents_from_request(request: DecodeRequest, hidden_size: int) -> Latents:

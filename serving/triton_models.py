@@ -59,9 +59,6 @@ class TritonGraph:
             infer_inputs.append(infer_input)
         return infer_inputs
 
-    def requested_outputs(self) -> list[triton_http.InferRequestedOutput]:
-        return [triton_http.InferRequestedOutput(spec.name, binary_data=True) for spec in self.spec.outputs]
-
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, as exported."""
         dims_by_name = {tensor.name: list(tensor.dims) for tensor in self.config.output}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import tritonclient.http
 
 from model_catalog import MODELS
 from reference import CHECKPOINTS
@@ -39,6 +40,12 @@ class RunningService:
         (triton,) = [child for child in self.children if Path(child.cmdline()[0]).name == "tritonserver"]
         (port,) = [argument.split("=", 1)[1] for argument in triton.cmdline() if argument.startswith("--http-port=")]
         return f"127.0.0.1:{port}"
+
+    def triton_counts(self, model: str) -> tuple[int, int]:
+        """Triton's (inference_count, execution_count) of `model` so far: rows answered and model runs."""
+        statistics = tritonclient.http.InferenceServerClient(self.triton_url).get_inference_statistics(model)
+        (entry,) = statistics["model_stats"]
+        return entry["inference_count"], entry["execution_count"]
 
 
 def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:

@@ -6,7 +6,9 @@ import itertools
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnxruntime
 import pytest
 import torch
 from google.protobuf import text_format
@@ -16,7 +18,7 @@ from transformers import AutoConfig
 
 from exporter import export_model
 from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
-from exporter.graph_inputs import trace_inputs, verification_inputs
+from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, check_parity
@@ -33,7 +35,7 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
     assert [(t.name, model_config_pb2.DataType.Name(t.data_type)) for t in config.input] == [
         (spec.name, spec.data_type) for spec in ESM2.graphs[0].inputs
     ]
-    assert [tuple(t.dims) for t in config.output] == [(-1, 320)]
+    assert [(t.name, tuple(t.dims)) for t in config.output] == [("hidden_states", (-1, 320)), ("embeddings", (320,))]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
     assert config.version_policy.latest.num_versions == 1 and not config.HasField("response_cache")
@@ -138,6 +140,43 @@ def test_gate_catches_a_graph_that_differs_from_the_weights(tiny_checkpoint: Pat
     batches = verification_inputs(ESM2, GraphRole.ENCODER, graphs, seed=0)
     with pytest.raises(ParityError):
         check_parity(module, tmp_path / "model.onnx", graph, batches, "esm2nv")
+
+
+def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mask(tiny_checkpoint: Path) -> None:
+    """The exported graph pools: over the residues by default, and at <cls> alone with a one-hot mask."""
+    encoder = load_for_export(ESM2, tiny_checkpoint).graphs[GraphRole.ENCODER]
+    feeds = encoder_inputs(ESM2, [3, 11, 6], np.random.default_rng(0)).feeds
+    at_cls = np.zeros_like(feeds["pooling_mask"])
+    at_cls[:, 0] = 1
+    with torch.inference_mode():
+        hidden, mean = (t.numpy() for t in encoder(**{k: torch.from_numpy(v) for k, v in feeds.items()}))
+        _, cls = encoder(**{k: torch.from_numpy(v) for k, v in (feeds | {"pooling_mask": at_cls}).items()})
+    for row, length in enumerate([3, 11, 6]):
+        np.testing.assert_allclose(mean[row], hidden[row, 1 : 1 + length].mean(axis=0), rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(cls.numpy(), hidden[:, 0])
+
+
+def test_decoder_step_reads_each_rows_logits_at_its_own_last_token(tmp_path: Path) -> None:
+    """Continuous batching puts rows of different lengths in one step: padded, a row gives the logits it gives alone."""
+    description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])
+    create_default_checkpoint(description, tmp_path / "checkpoint", seed=3)
+    report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
+    session = onnxruntime.InferenceSession(str(report.graphs[1].version_dir / "model.onnx"))
+    rng = np.random.default_rng(1)
+    states = rng.normal(size=(2, 9, 32)).astype(np.float32)
+    encoder_mask = np.array([[1] * 9, [1] * 5 + [0] * 4])
+    prefixes = [rng.integers(4, 60, size=length) for length in (7, 2)]
+
+    def step(ids: np.ndarray, mask: np.ndarray, rows: list[int]) -> np.ndarray:
+        feeds = {"decoder_ids": ids, "decoder_mask": mask, "encoder_mask": encoder_mask[rows]}
+        (logits,) = session.run(["logits"], feeds | {"encoder_hidden_states": states[rows]})
+        return logits
+
+    alone = [step(prefix[None], np.ones((1, len(prefix)), dtype=np.int64), [row]) for row, prefix in enumerate(prefixes)]
+    padded = np.zeros((2, 7), dtype=np.int64)
+    padded[0], padded[1, :2] = prefixes
+    together = step(padded, (np.arange(7) < np.array([[7], [2]])).astype(np.int64), [0, 1])
+    np.testing.assert_allclose(together, np.concatenate(alone), rtol=0, atol=1e-5)
 
 
 def test_unreadable_checkpoint_names_the_file(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,34 @@ def test_decode_follows_transformers_token_for_token(service: RunningService, re
     as_array = post(service, "/decode/ndarray", hiddens.tolist())  # all-zero vectors are padding there
     assert as_array.status_code == 200, as_array.text
     assert as_array.json()["smiles"] == greedy_reference(reference, hiddens, mask, 128)
+
+
+def test_concurrent_decodes_share_decoder_steps_and_keep_their_answers(
+    service: RunningService, reference: TransformersReference
+) -> None:
+    """Requests in flight together are decoded in shared steps (continuous batching), even with sources of
+    different widths, which Triton's batcher cannot merge; each still equals transformers token for token."""
+    rng = np.random.default_rng(1)
+    bodies = [
+        {"hiddens": (rng.standard_normal((1, width, 256)) * 100).tolist(), "mask": [[1] * width], "max_length": 16}
+        for width in range(3, 15)
+    ]
+    latents = [(np.asarray(b["hiddens"], dtype=np.float32), np.asarray(b["mask"])) for b in bodies]
+    expected = [greedy_reference(reference, hiddens, mask, 16)[0] for hiddens, mask in latents]
+
+    def decode_all(concurrently: bool) -> tuple[list[str], int, int]:
+        """The first SMILES of each answer, and the decoder's rows and runs in Triton meanwhile."""
+        rows, runs = service.triton_counts("megamolbart_decoder")
+        with ThreadPoolExecutor(max_workers=len(bodies) if concurrently else 1) as pool:
+            answers = list(pool.map(lambda body: post(service, "/decode", body), bodies))
+        rows_after, runs_after = service.triton_counts("megamolbart_decoder")
+        return [answer.json()["smiles"][0] for answer in answers], rows_after - rows, runs_after - runs
+
+    alone, rows_alone, runs_alone = decode_all(concurrently=False)
+    together, rows_together, runs_together = decode_all(concurrently=True)
+    assert alone == together == expected
+    assert runs_alone == rows_alone == rows_together  # alone: one row per step
+    assert runs_together < runs_alone / 2, "concurrent requests did not share decoder steps"
 
 
 @pytest.mark.parametrize("method", ["greedy", "topkp", "beam"])

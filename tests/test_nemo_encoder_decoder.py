@@ -27,7 +27,7 @@ from test_nemo_checkpoints import (
 from transformers import MBartConfig, MBartForConditionalGeneration
 
 from exporter import export_model
-from exporter.architectures import CheckpointError, DecoderStep, HiddenStatesEncoder, load_for_export
+from exporter.architectures import CheckpointError, DecoderStep, EncoderGraph, load_for_export
 from exporter.graph_inputs import decoder_step_inputs
 from model_catalog import MODELS, GraphRole
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
@@ -170,7 +170,7 @@ def regex_tokenizer() -> dict[str, object]:
 def assert_decoder_steps_agree(loaded: torch.nn.Module, original: MBartForConditionalGeneration) -> None:
     """Logits of the next token after 0 and 12 decoded tokens, attending to padded batches of mixed lengths."""
     description, rng = MODELS["megamolbart"], np.random.default_rng(4)
-    encoder = HiddenStatesEncoder(original.get_encoder())
+    encoder = EncoderGraph(original.get_encoder())
     for lengths, decoded in (([1, 9, 60], 0), ([30, 5], 12)):
         feeds = decoder_step_inputs(description, encoder, lengths, decoded, rng).feeds
         tensors = {name: torch.from_numpy(array) for name, array in feeds.items()}
@@ -213,7 +213,7 @@ def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
 
     loaded = load_for_export(description, nemo)
     assert loaded.max_positions == POSITIONS
-    expected, _ = hidden_states(HiddenStatesEncoder(original.get_encoder()), description)
+    expected, _ = hidden_states(EncoderGraph(original.get_encoder()), description)
     encoder = loaded.graphs[GraphRole.ENCODER]
     np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
     assert_decoder_steps_agree(loaded.graphs[GraphRole.DECODER_STEP], original)
@@ -236,7 +236,7 @@ def test_prott5nv_checkpoint_serves_its_encoder(tmp_path: Path) -> None:
 
     loaded = load_for_export(description, nemo)
     assert list(loaded.graphs) == [GraphRole.ENCODER] and loaded.max_positions == POSITIONS
-    expected, _ = hidden_states(HiddenStatesEncoder(original.get_encoder()), description)
+    expected, _ = hidden_states(EncoderGraph(original.get_encoder()), description)
     encoder = loaded.graphs[GraphRole.ENCODER]
     np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
 

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import requests
-import tritonclient.http
 from transformers import AutoConfig
 
 from conftest import RunningService
@@ -130,22 +129,15 @@ def test_openapi_documents_every_endpoint(service: RunningService) -> None:
     assert "pooling" in str(paths["/embed"]) or "EmbedRequest" in str(paths["/embed"])
 
 
-def triton_counts(service: RunningService, model: str) -> tuple[int, int]:
-    """Triton's (inference_count, execution_count) of `model` so far: requests answered and model runs."""
-    statistics = tritonclient.http.InferenceServerClient(service.triton_url).get_inference_statistics(model)
-    (entry,) = statistics["model_stats"]
-    return entry["inference_count"], entry["execution_count"]
-
-
 def test_concurrent_requests_of_different_lengths_share_model_runs(service: RunningService) -> None:
     """Padded to length buckets, requests of 40 to 71 residues take a few shapes, so Triton's batcher merges them."""
     rng = np.random.default_rng(9)
     sequences = ["".join(rng.choice(list(STANDARD_RESIDUES), size=length)) for length in range(40, 72)]
-    inferences, executions = triton_counts(service, "esm2nv")
+    inferences, executions = service.triton_counts("esm2nv")
     with ThreadPoolExecutor(max_workers=32) as pool:
         answers = list(pool.map(lambda sequence: post(service, "/embed", {"sequences": [sequence]}), sequences))
     assert [answer.status_code for answer in answers] == [200] * 32
-    inferences_after, executions_after = triton_counts(service, "esm2nv")
+    inferences_after, executions_after = service.triton_counts("esm2nv")
     assert inferences_after - inferences == 32
     assert executions_after - executions < 32, "no two requests shared a model run"
 

@@ -7,8 +7,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from model_catalog import MODELS, TokenizerKind
-from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, mean_pool, tokenizer_for
-from preprocessing.batching import bucket_width
+from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, tokenizer_for
+from preprocessing.batching import bucket_width, bucketed_chunks
 from preprocessing.protein_tokenizer import RESIDUES
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 from reference import CHECKPOINTS
@@ -84,22 +84,21 @@ def test_bad_sequences_name_the_problem(sequence: str, message: str) -> None:
     assert raised.value.index == 1
 
 
-def test_mean_pool_averages_only_masked_positions() -> None:
-    rng = np.random.default_rng(0)
-    hidden = rng.normal(size=(2, 6, 4)).astype(np.float32)
-    mask = np.array([[0, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 0]], dtype=bool)
-    pooled = mean_pool(hidden, mask)
-    np.testing.assert_allclose(pooled[0], hidden[0, 1:3].mean(axis=0), rtol=1e-6)
-    np.testing.assert_allclose(pooled[1], hidden[1, 1:5].mean(axis=0), rtol=1e-6)
-
-
 def test_l2_normalize() -> None:
     vectors = np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
     np.testing.assert_allclose(l2_normalize(vectors), [[0.6, 0.8], [0.0, 0.0]])
 
 
-def test_length_buckets_grow_by_at_most_half_and_stop_at_the_model_limit() -> None:
+def test_length_buckets_grow_by_at_most_a_quarter_and_stop_at_the_model_limit() -> None:
     widths = [bucket_width(length, 1024) for length in range(1, 1025)]
-    assert sorted(set(widths)) == [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
-    assert all(length <= width <= max(16, length * 1.5) for length, width in zip(range(1, 1025), widths))
+    assert sorted(set(widths))[:14] == [16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160]
+    assert sorted(set(widths))[-3:] == [768, 896, 1024]
+    assert all(length <= width <= max(16, length * 1.25) for length, width in zip(range(1, 1025), widths))
     assert bucket_width(700, 512) == 700 and bucket_width(500, 512) == 512  # never below the row, never over the cap
+
+
+def test_a_request_is_cut_into_chunks_of_one_bucket_each() -> None:
+    lengths = [300, 20, 900, 22, 310, 21, 19]
+    chunks = bucketed_chunks(lengths, ceiling=1024, max_batch_size=2)
+    assert chunks == [(20, [6, 1]), (24, [5, 3]), (320, [0, 4]), (1024, [2])]
+    assert sorted(row for _, rows in chunks for row in rows) == list(range(len(lengths)))

@@ -72,8 +72,8 @@ import torch
 from exporter.architectures import (
     _MEGAMOLBART_COMMON,
     DecoderStep,
+    EncoderGraph,
     ExportableModel,
-    HiddenStatesEncoder,
 )
 from exporter.nemo.archive import (
     Convert,
@@ -269,7 +269,7 @@ def load_megamolbart(description: ModelDescription, archive: NemoArchive) -> Exp
     if head_bias:
         rules.append(Rule(f"{TOKENS_HEAD}bias", ("final_logits_bias",), _logits_bias(vocabulary)))
     load_renamed(model, archive, rules, frozenset(), frozenset() if head_bias else frozenset({"final_logits_bias"}))
-    graphs = {GraphRole.ENCODER: HiddenStatesEncoder(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)}
+    graphs = {GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)}
     sizes = {"hidden_size": config.d_model, "vocab_size": vocabulary}
     return ExportableModel(graphs, sizes, max_positions=config.max_position_embeddings)
 
@@ -306,4 +306,4 @@ def load_prott5nv(description: ModelDescription, archive: NemoArchive) -> Export
     unused = frozenset({rule.megatron for rule in decoder_rules} | {f"{TOKENS_HEAD}weight", f"{TOKENS_HEAD}bias"})
     load_renamed(encoder, archive, rules, unused, frozenset())
     sizes = {"hidden_size": config.d_model}
-    return ExportableModel({GraphRole.ENCODER: HiddenStatesEncoder(encoder)}, sizes, config.max_position_embeddings)
+    return ExportableModel({GraphRole.ENCODER: EncoderGraph(encoder)}, sizes, config.max_position_embeddings)

@@ -4,7 +4,9 @@ The exporter copies this file into `<repository>/<model>/<version>/model.py`.
 Tensor names and dtypes come from the model's `config.pbtxt`, the single
 source of truth; the ONNX file name comes from its `onnx_file` parameter.
 Requests that Triton's dynamic batcher hands over together are concatenated
-into one onnxruntime call, grouped by shape.
+into one onnxruntime call, grouped by shape and by the outputs they ask for;
+only those outputs are copied back (an /embed asks for embeddings, not every
+token's hidden state).
 """
 
 from __future__ import annotations
@@ -40,18 +42,20 @@ class TritonPythonModel:
             for request in requests
         ]  # fmt: skip
         groups: dict[tuple, list[int]] = defaultdict(list)
-        for index, feeds in enumerate(arrays):
-            groups[tuple(feeds[name].shape[1:] for name in self.inputs)].append(index)
+        for index, (request, feeds) in enumerate(zip(requests, arrays)):
+            # Triton lists no names when a client asks for no outputs in particular: then all of them.
+            wanted = tuple(name for name in self.outputs if name in (request.requested_output_names() or self.outputs))
+            groups[(wanted, *(feeds[name].shape[1:] for name in self.inputs))].append(index)
         responses: list = [None] * len(requests)
-        for members in groups.values():
+        for (wanted, *_), members in groups.items():
             feeds = {name: np.concatenate([arrays[i][name] for i in members]) for name in self.inputs}
-            results = dict(zip(self.outputs, self.session.run(list(self.outputs), feeds)))
+            results = dict(zip(wanted, self.session.run(list(wanted), feeds)))
             offsets = np.cumsum([0] + [len(arrays[i][next(iter(self.inputs))]) for i in members])
             for member, start, stop in zip(members, offsets[:-1], offsets[1:]):
                 responses[member] = pb_utils.InferenceResponse(
                     output_tensors=[
-                        pb_utils.Tensor(name, results[name][start:stop].astype(dtype, copy=False))
-                        for name, dtype in self.outputs.items()
+                        pb_utils.Tensor(name, results[name][start:stop].astype(self.outputs[name], copy=False))
+                        for name in wanted
                     ]
                 )
         return responses
