@@ -91,12 +91,16 @@ class Target(str, enum.Enum):
 
 @dataclass(frozen=True)
 class BatchingPolicy:
-    """Triton's batching knobs for one model (see `config.pbtxt` `dynamic_batching`)."""
+    """Triton's batching and execution knobs for one model (`config.pbtxt`: `dynamic_batching`, `instance_group`)."""
 
     max_batch_size: int = 32
     preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
     max_queue_delay_microseconds: int = 2000
-    instance_count: int = 1
+    instance_count: int = 2
+    """Model instances Triton runs side by side. On 2 cores, two instances of one onnxruntime thread each
+    answered 1.47x the /embed throughput of one instance with two threads (docs/benchmarks.md)."""
+    intra_op_threads: int = 1
+    """onnxruntime threads per instance on CPU (the python backend); 0 lets onnxruntime take every core."""
 
     def with_max_batch_size(self, max_batch_size: int) -> BatchingPolicy:
         """This policy for another `max_batch_size`; Triton refuses preferred sizes above it."""

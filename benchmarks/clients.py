@@ -61,7 +61,7 @@ class TritonEmbedder:
     """Contender 2: the service's work without the service. Tokenize here, infer on Triton's esm2nv, which pools.
 
     The same tokenizer (`preprocessing`), the same chunks of one length bucket
-    each, sent concurrently, the same tensors (binary) as the service
+    each (sent concurrently when there are several), the same tensors (binary) as the service
     (`serving/encoding.py`), so the difference to contender 1 is the BentoML
     front: HTTP/JSON, validation, the runner hop.
     """
@@ -74,20 +74,26 @@ class TritonEmbedder:
         rows = [self.tokenizer.encode(sequence) for sequence in sequences]
         lengths = [len(row) for row in rows]
         chunks = bucketed_chunks(lengths, self.tokenizer.max_model_tokens, MODELS[MODEL].batching.max_batch_size)
-        output = triton_http.InferRequestedOutput(TRITON_OUTPUT, binary_data=True)
-        pending = []
-        for width, members in chunks:
-            inputs = []
-            for name, array in self.tokenizer.pad([rows[i] for i in members], width).model_inputs().items():
-                tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])
-                tensor.set_data_from_numpy(array, binary_data=True)
-                inputs.append(tensor)
-            pending.append((members, self.client.async_infer(MODEL, inputs, outputs=[output])))
+        calls = [(members, self._inputs([rows[i] for i in members], width)) for width, members in chunks]
+        output = [triton_http.InferRequestedOutput(TRITON_OUTPUT, binary_data=True)]
+        if len(calls) == 1:  # async_infer's gevent pool adds milliseconds, which a floor must not carry
+            answers = [self.client.infer(MODEL, calls[0][1], outputs=output)]
+        else:
+            pending = [self.client.async_infer(MODEL, inputs, outputs=output) for _, inputs in calls]
+            answers = [call.get_result() for call in pending]
         embeddings: list[np.ndarray] = [np.empty(0)] * len(rows)
-        for members, request in pending:
-            for index, vector in zip(members, request.get_result().as_numpy(TRITON_OUTPUT)):
+        for (members, _), answer in zip(calls, answers):
+            for index, vector in zip(members, answer.as_numpy(TRITON_OUTPUT)):
                 embeddings[index] = vector
         return np.stack(embeddings)
+
+    def _inputs(self, rows: list[np.ndarray], width: int) -> list[triton_http.InferInput]:
+        inputs = []
+        for name, array in self.tokenizer.pad(rows, width).model_inputs().items():
+            tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])
+            tensor.set_data_from_numpy(array, binary_data=True)
+            inputs.append(tensor)
+        return inputs
 
     def close(self) -> None:
         self.client.close()

@@ -52,7 +52,9 @@ def build_config(
     if description.response_cache:
         config.response_cache.enable = True
     if target is Target.CPU:
-        config.parameters["onnx_file"].string_value = ONNX_FILE  # read by exporter/triton_backend/model.py
+        # Both read by exporter/triton_backend/model.py.
+        config.parameters["onnx_file"].string_value = ONNX_FILE
+        config.parameters["intra_op_threads"].string_value = str(batching.intra_op_threads)
     else:
         config.default_model_filename = ONNX_FILE
     if target is Target.GPU_TENSORRT:

@@ -36,7 +36,7 @@ class Contender:
     """The Triton server whose statistics give the average batch it formed for `triton_model`; None: no Triton."""
     triton_model: str = MODEL
     workload: str = "embed"
-    """`embed` (/embed traffic) or `generate` (/generate traffic, this service only for now)."""
+    """`embed` (/embed traffic) or `generate` (/generate traffic)."""
 
 
 NAIVE = Server(
@@ -63,6 +63,8 @@ CONTENDERS = (
     Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,
               "GenerateUser", client=None, workload="generate"),
     Contender("naive", "torch eager behind http.server, one request at a time", NAIVE, "EmbedUser"),
+    Contender("naive-generate", "transformers' generate (greedy, key-value cache) per request behind http.server, one at "
+              "a time", NAIVE, "GenerateUser", client=None, workload="generate"),
     Contender("pytriton", "BioNeMo 1.x style: PyTriton @batch around torch eager", PYTRITON, "PyTritonEmbedUser",
               client=PyTritonEmbedder, triton_url=own_url, triton_model=PYTRITON_MODEL),
     Contender("bentoml-batching", "BentoML adaptive batching (batchable API) around torch eager, no Triton", BENTOML,

@@ -1,9 +1,11 @@
-"""Contender 3: the server a user would write first. torch eager behind `http.server`, one request at a time.
+"""Contender 3: the server a user would write first. transformers in torch eager behind `http.server`, one request
+at a time.
 
     python -m benchmarks.contenders.naive_http --port 8080
 
-Same request and answer JSON as the service's /embed; no batching across
-requests, no queue: the next request waits in the listen backlog.
+Same request and answer JSON as the service's /embed (esm2nv) and greedy
+/generate (megamolbart, one transformers `generate` call per request); no
+batching across requests, no queue: the next request waits in the listen backlog.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import json
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from benchmarks.torch_esm import TorchEmbedder
+from benchmarks.torch_megamolbart import TorchGenerator
 from benchmarks.workload import MODEL
+from serving.protocol import DecodingMethod, GenerateRequest
 
 
-class EmbedHandler(BaseHTTPRequestHandler):
+class Handler(BaseHTTPRequestHandler):
     """HTTP/1.0, one connection per request: with keep-alive one client would hold the only thread."""
 
     def do_GET(self) -> None:
@@ -26,10 +30,21 @@ class EmbedHandler(BaseHTTPRequestHandler):
             self.answer(404, {"error": "not found"})
 
     def do_POST(self) -> None:
-        if self.path != "/embed":
-            self.answer(404, {"error": "not found"})
-            return
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/generate":
+            self.generate(GenerateRequest(**request))
+        elif self.path == "/embed":
+            self.embed(request)
+        else:
+            self.answer(404, {"error": "not found"})
+
+    def generate(self, request: GenerateRequest) -> None:
+        if request.method is not DecodingMethod.GREEDY:
+            self.answer(422, {"error": "only greedy decoding is served"})
+            return
+        self.answer(200, self.server.generator.generate(request))
+
+    def embed(self, request: dict[str, object]) -> None:
         if request.get("model", MODEL) != MODEL:
             self.answer(422, {"error": f"only {MODEL} is served"})
             return
@@ -53,9 +68,10 @@ class OneAtATimeServer(HTTPServer):
     # their SYNs dropped, so a run measures one-at-a-time inference, not TCP retransmission timers.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], embedder: TorchEmbedder) -> None:
-        super().__init__(address, EmbedHandler)
+    def __init__(self, address: tuple[str, int], embedder: TorchEmbedder, generator: TorchGenerator) -> None:
+        super().__init__(address, Handler)
         self.embedder = embedder
+        self.generator = generator
 
 
 def main() -> None:
@@ -63,7 +79,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    OneAtATimeServer((args.host, args.port), TorchEmbedder()).serve_forever()
+    OneAtATimeServer((args.host, args.port), TorchEmbedder(), TorchGenerator()).serve_forever()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class TritonPythonModel:
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         onnx_path = Path(args["model_repository"]) / args["model_version"] / parameters["onnx_file"]
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = int(parameters.get("intra_op_threads", "0"))
+        options.intra_op_num_threads = int(parameters["intra_op_threads"])
         self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
     def execute(self, requests: list) -> list:
