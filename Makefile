@@ -49,7 +49,7 @@ test: install models
 BENCH_READY := $(VENV)/.bench-installed
 BENCH_SECONDS ?= 10
 BENCH_USERS ?= 1 4 16 32
-BENCH_GENERATE_USERS ?= 4
+BENCH_GENERATE_USERS ?= 1 16
 
 $(BENCH_READY): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[bench]'
