@@ -97,6 +97,29 @@ def test_concurrent_decodes_share_decoder_steps_and_keep_their_answers(
     assert runs_together < runs_alone / 2, "concurrent requests did not share decoder steps"
 
 
+def test_generate_decodes_seeded_noisy_latents_like_transformers(
+    service: RunningService, reference: TransformersReference
+) -> None:
+    """/generate: every seed's encoder states, padded to the longest seed and repeated per sample, plus numpy's
+    `default_rng(seed)` Gaussian noise times `scaled_radius`; then greedy decoding, equal to transformers' `generate`."""
+    seeds, samples, radius, steps = [SMILES[0], SMILES[2]], 3, 100.0, 20
+    body = {"smiles": seeds, "num_samples": samples, "seed": 5, "scaled_radius": radius, "max_length": steps}
+    answer = post(service, "/generate", body)
+    assert answer.status_code == 200, answer.text
+    states = [reference.hidden_states(smiles) for smiles in seeds]
+    width = max(len(state) for state in states)
+    padded = np.zeros((len(seeds), width, states[0].shape[1]), dtype=np.float32)
+    mask = np.zeros((len(seeds), width), dtype=np.int64)
+    for row, state in enumerate(states):
+        padded[row, : len(state)], mask[row, : len(state)] = state, 1
+    padded, mask = np.repeat(padded, samples, axis=0), np.repeat(mask, samples, axis=0)
+    noise = np.random.default_rng(5).standard_normal(padded.shape).astype(np.float32) * np.float32(radius)
+    expected = greedy_reference(reference, ((padded + noise) * mask[:, :, None]).astype(np.float32), mask, steps)
+    generated = [sample["smiles"] for result in answer.json()["results"] for sample in result["samples"]]
+    assert len(set(expected)) == len(expected)  # the comparison has teeth
+    assert generated == expected
+
+
 @pytest.mark.parametrize("method", ["greedy", "topkp", "beam"])
 def test_generate_is_reproducible_and_reports_validity(service: RunningService, method: str) -> None:
     body = {"smiles": SMILES[:2], "num_samples": 3, "seed": 7, "method": method, "max_length": 12,
