@@ -116,9 +116,6 @@ class GraphSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 
-    def output(self, name: str) -> TensorSpec:
-        return next(spec for spec in self.outputs if spec.name == name)
-
 
 ENCODER = GraphSpec(
     GraphRole.ENCODER,

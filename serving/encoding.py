@@ -145,8 +145,8 @@ class EncoderEngine:
         states = await self.run_encoder(model, rows, "hidden_states")
         batch = self.tokenizers[model.name].pad(rows)
         hidden_states = np.zeros(batch.input_ids.shape + states[0].shape[1:], dtype=np.float32)
-        for index, row in enumerate(states):
-            hidden_states[index, : len(row)] = row
+        for index, (tokens, row) in enumerate(zip(rows, states)):
+            hidden_states[index, : len(tokens)] = row[: len(tokens)]  # the chunk's bucket padding is dropped
         return Encoded(hidden_states, batch.attention_mask)
 
     def tokenize(self, model: ServedModel, sequences: list[str], field: str = "sequences") -> list[np.ndarray]:
@@ -165,7 +165,7 @@ class EncoderEngine:
     async def run_encoder(
         self, model: ServedModel, rows: list[np.ndarray], output: str, pool_at_summary: bool = False
     ) -> list[np.ndarray]:
-        """The encoder's `output` for every row, in input order: hidden states cut to the row's length, or an embedding.
+        """The encoder's `output` for every row, in input order (per-token outputs padded to the row's bucket).
 
         Rows are cut into chunks of one length bucket each, sent concurrently: little
         padding within a request, and concurrent requests share shapes, so Triton's
@@ -188,7 +188,7 @@ class EncoderEngine:
         results: list[np.ndarray] = [np.empty(0)] * len(rows)
         for (_, members), outputs in zip(chunks, await asyncio.gather(*(run(*chunk) for chunk in chunks))):
             for index, result in zip(members, outputs):
-                results[index] = result[: len(rows[index])] if output == "hidden_states" else result
+                results[index] = result
         return results
 
     async def infer(
