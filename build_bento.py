@@ -27,11 +27,12 @@ REPOSITORY = ROOT / "model_repository"
 
 
 def repository_is_complete(repository: Path) -> bool:
-    """Every catalogued graph has an ONNX file and a config for every target."""
-    model_dirs = [repository / description.triton_name(graph.role) for description in MODELS.values() for graph in description.graphs]
+    """Every catalogued graph has its ONNX files and a config for every target."""
+    graphs = [(repository / description.triton_name(graph.role), graph) for description in MODELS.values() for graph in description.graphs]
     return all(
-        any(model_dir.glob("[0-9]*/model.onnx")) and all((model_dir / config_path(target)).is_file() for target in Target)
-        for model_dir in model_dirs
+        all(any(model_dir.glob(f"[0-9]*/{part.file}")) for part in graph.onnx_graphs)
+        and all((model_dir / config_path(target)).is_file() for target in Target)
+        for model_dir, graph in graphs
     )
 
 

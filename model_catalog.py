@@ -44,8 +44,17 @@ class GraphRole(str, enum.Enum):
 
     ENCODER = "encoder"
     """(input_ids, attention_mask, pooling_mask) -> hidden_states, embeddings"""
-    DECODER_STEP = "decoder"
-    """(decoder_ids, decoder_mask, encoder_hidden_states, encoder_mask) -> logits of each row's next token"""
+    DECODER = "decoder"
+    """one token per row per call -> the logits of each row's next token; keeps each row's key-value cache"""
+
+
+class Backend(str, enum.Enum):
+    """The python-backend model that serves a graph on CPU: `exporter/triton_backend/<value>.py`."""
+
+    ONNX_GRAPH = "onnx_graph"
+    """Runs one stateless ONNX graph; Triton's dynamic batcher merges requests."""
+    CACHED_DECODER = "cached_decoder"
+    """Keeps every row's key-value cache between calls: one instance, no Triton batching (the service batches)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,8 @@ class BatchingPolicy:
     answered 1.47x the /embed throughput of one instance with two threads (docs/benchmarks.md)."""
     intra_op_threads: int = 1
     """onnxruntime threads per instance on CPU (the python backend); 0 lets onnxruntime take every core."""
+    cache_idle_seconds: int = 60
+    """A stateful graph forgets a row's cache unused this long: its client went away without releasing it."""
 
     def with_max_batch_size(self, max_batch_size: int) -> BatchingPolicy:
         """This policy for another `max_batch_size`; Triton refuses preferred sizes above it."""
@@ -109,12 +120,41 @@ class BatchingPolicy:
 
 
 @dataclass(frozen=True)
+class OnnxGraph:
+    """One ONNX file behind a Triton model, traced from one torch module; its tensors all have a batch axis first."""
+
+    name: str
+    """The file is `<name>.onnx`; the torch module is the graph's own (one file) or its attribute `name`."""
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.onnx"
+
+
+@dataclass(frozen=True)
 class GraphSpec:
-    """One exported graph: its role and its Triton tensors."""
+    """One Triton model of a served model: its role, its Triton tensors, and the ONNX files its backend runs.
+
+    Tensor dims omit the batch axis when Triton batches the model; a stateful
+    model (no Triton batching) lists whole shapes.
+    """
 
     role: GraphRole
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    backend: Backend = Backend.ONNX_GRAPH
+    parts: tuple[OnnxGraph, ...] = ()
+    """The ONNX files a stateful backend chains; a stateless graph is one file with its Triton tensors."""
+
+    @property
+    def stateful(self) -> bool:
+        return self.backend is not Backend.ONNX_GRAPH
+
+    @property
+    def onnx_graphs(self) -> tuple[OnnxGraph, ...]:
+        return self.parts or (OnnxGraph("model", self.inputs, self.outputs),)
 
 
 ENCODER = GraphSpec(
@@ -130,17 +170,43 @@ ENCODER = GraphSpec(
         TensorSpec("embeddings", "TYPE_FP32", ("hidden_size",), "mean of hidden_states where pooling_mask is 1"),
     ),
 )
-DECODER_STEP = GraphSpec(
-    GraphRole.DECODER_STEP,
+KEY_VALUES = ("decoder_layers", 2, "decoder_heads", -1, "head_dim")
+"""Per row: for every decoder layer, keys and values of every head at each position."""
+DECODER = GraphSpec(
+    GraphRole.DECODER,
     inputs=(
-        TensorSpec("decoder_ids", "TYPE_INT64", (-1,), "the tokens decoded so far, starting with the begin token"),
-        # Rows of different lengths share a batch (requests that started at different steps): right padding
-        # is invisible to causal attention, and each row's logits come from its last decoded token.
-        TensorSpec("decoder_mask", "TYPE_INT64", (-1,), "1 for decoded tokens, 0 for padding"),
-        TensorSpec("encoder_hidden_states", "TYPE_FP32", (-1, "hidden_size"), "the encoder's hidden_states"),
-        TensorSpec("encoder_mask", "TYPE_INT64", (-1,), "the encoder's attention_mask"),
+        TensorSpec("row_ids", "TYPE_INT64", (-1,), "the id under which each row's cache is kept after this call"),
+        TensorSpec("parent_ids", "TYPE_INT64", (-1,), "the cache each row extends (an earlier row id), or -1 to start"),
+        TensorSpec("tokens", "TYPE_INT64", (-1,), "each row's newest token: the begin token for a row that starts"),
+        TensorSpec("encoder_hidden_states", "TYPE_FP32", (-1, -1, "hidden_size"), "the source of each starting row"),
+        TensorSpec("encoder_mask", "TYPE_INT64", (-1, -1), "the encoder's attention_mask of each starting row"),
+        # Every call names the caches it is done with: each row gets a new id at every step (beams fork).
+        TensorSpec("released_ids", "TYPE_INT64", (-1,), "caches to forget after this call: parents, ended rows"),
     ),
-    outputs=(TensorSpec("logits", "TYPE_FP32", ("vocab_size",), "unnormalised scores of the next token"),),
+    outputs=(TensorSpec("logits", "TYPE_FP32", (-1, "vocab_size"), "unnormalised scores of each row's next token"),),
+    backend=Backend.CACHED_DECODER,
+    parts=(
+        OnnxGraph(
+            "cross_attention",
+            inputs=(TensorSpec("encoder_hidden_states", "TYPE_FP32", (-1, "hidden_size"), "one source"),),
+            outputs=(TensorSpec("cross_kv", "TYPE_FP32", KEY_VALUES, "cross-attention keys and values, once per source"),),
+        ),
+        OnnxGraph(
+            "step",
+            inputs=(
+                TensorSpec("token", "TYPE_INT64", (), "the newest token"),
+                TensorSpec("position", "TYPE_INT64", (), "its position: the number of tokens before it"),
+                TensorSpec("self_kv", "TYPE_FP32", KEY_VALUES, "the tokens before it (right-padded)"),
+                TensorSpec("self_mask", "TYPE_INT64", (-1,), "1 for the tokens before it, 0 for padding"),
+                TensorSpec("cross_kv", "TYPE_FP32", KEY_VALUES, "cross_attention's output (right-padded)"),
+                TensorSpec("encoder_mask", "TYPE_INT64", (-1,), "the source's attention_mask"),
+            ),
+            outputs=(
+                TensorSpec("logits", "TYPE_FP32", ("vocab_size",), "unnormalised scores of the next token"),
+                TensorSpec("token_kv", "TYPE_FP32", ("decoder_layers", 2, "decoder_heads", 1, "head_dim"), "its own"),
+            ),
+        ),
+    ),
 )
 PROTEIN_CAPABILITIES = frozenset({Capability.EMBED, Capability.HIDDEN})
 
@@ -229,7 +295,7 @@ MODELS: dict[str, ModelDescription] = {
             tokenizer=TokenizerKind.SMILES,
             max_length=510,
             capabilities=frozenset(Capability),
-            graphs=(ENCODER, DECODER_STEP),
+            graphs=(ENCODER, DECODER),
             # MegaMolBART's pre-LayerNorm encoder-decoder with learned positions
             # (BioNeMo: 6 layers, 512 wide, 8 heads) at a smaller width.
             default_checkpoint_config={

@@ -15,8 +15,9 @@ import torch
 from google.protobuf.message import DecodeError
 from safetensors import SafetensorError
 
+from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
 from exporter.errors import CheckpointError
-from model_catalog import Architecture, GraphRole, ModelDescription
+from model_catalog import Architecture, GraphRole, GraphSpec, ModelDescription, OnnxGraph
 from preprocessing import tokenizer_for
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
@@ -41,36 +42,6 @@ class EncoderGraph(torch.nn.Module):
         return hidden_states, (hidden_states * weights).sum(dim=1) / weights.sum(dim=1)
 
 
-class DecoderStep(torch.nn.Module):
-    """(decoder_ids, decoder_mask, encoder_hidden_states, encoder_mask) -> logits of each row's next token.
-
-    The whole prefix is decoded at every step (no key-value cache), which keeps
-    the graph stateless so that Triton can batch steps of unrelated requests;
-    rows are right-padded to the longest prefix, and each row's logits are read
-    at its own last token.
-    """
-
-    def __init__(self, seq2seq: torch.nn.Module) -> None:
-        super().__init__()
-        self.seq2seq = seq2seq
-
-    def forward(
-        self,
-        decoder_ids: torch.Tensor,
-        decoder_mask: torch.Tensor,
-        encoder_hidden_states: torch.Tensor,
-        encoder_mask: torch.Tensor,
-    ) -> torch.Tensor:
-        hidden = self.seq2seq.model.decoder(
-            input_ids=decoder_ids,
-            encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_mask,
-            use_cache=False,
-        ).last_hidden_state
-        last = (decoder_mask.sum(dim=1) - 1).view(-1, 1, 1).expand(-1, 1, hidden.shape[-1])
-        return self.seq2seq.lm_head(hidden.gather(1, last).squeeze(1)) + self.seq2seq.final_logits_bias
-
-
 @dataclass(frozen=True)
 class ExportableModel:
     """The loaded checkpoint as the graphs to export, and the sizes their tensor dimensions name."""
@@ -79,6 +50,11 @@ class ExportableModel:
     sizes: dict[str, int]
     max_positions: int | None
     """Most tokens one input can have (learned position tables); None where positions are relative or rotary."""
+
+    def module(self, graph: GraphSpec, part: OnnxGraph) -> torch.nn.Module:
+        """The torch module `part` of `graph` is traced from: the graph's own, or its attribute of the part's name."""
+        module = self.graphs[graph.role]
+        return getattr(module, part.name) if graph.parts else module
 
 
 # Settings every released ESM checkpoint shares (facebook/esm*_UR50* config.json).
@@ -227,8 +203,8 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
         _check_vocabulary(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
     model = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
-        graphs={GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)},
-        sizes={"hidden_size": config.d_model, "vocab_size": config.vocab_size},
+        graphs={GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)},
+        sizes=seq2seq_sizes(config),
         max_positions=config.max_position_embeddings,
     )
 

@@ -25,49 +25,76 @@ def encoder_inputs(description: ModelDescription, lengths: list[int], rng: np.ra
     return GraphInputs(batch.model_inputs(), {"hidden_states": batch.attention_mask.astype(bool)})
 
 
-def decoder_step_inputs(
-    description: ModelDescription, encoder: torch.nn.Module, lengths: list[int], decoded: int, rng: np.random.Generator
+def cross_attention_inputs(
+    description: ModelDescription, graphs: dict[GraphRole, torch.nn.Module], lengths: list[int], rng: np.random.Generator
 ) -> GraphInputs:
-    """A decoder step after `decoded` tokens or fewer, attending to the torch encoder's states of a padded batch.
+    """The torch encoder's states of a padded batch: what the decoder's cross-attention part reads once per source."""
+    return GraphInputs({"encoder_hidden_states": _encoded(description, graphs, lengths, rng)[0]}, {})
 
-    Every other row is shorter by 1 to `decoded` tokens (right-padded), as rows are when requests that
-    started at different steps share a batch.
+
+def decoder_step_inputs(
+    description: ModelDescription,
+    graphs: dict[GraphRole, torch.nn.Module],
+    lengths: list[int],
+    decoded: int,
+    rng: np.random.Generator,
+) -> GraphInputs:
+    """A cached decoder step after `decoded` tokens or fewer, against the torch encoder's states of a padded batch.
+
+    Every other row has decoded 0 to `decoded` tokens (its cache right-padded), as rows have when requests that
+    started at different steps share a call; the cached keys and values are random, the cross-attention's real.
     """
     tokenizer = tokenizer_for(description)
-    source = encoder_inputs(description, lengths, rng).feeds
+    states, encoder_mask = _encoded(description, graphs, lengths, rng)
     with torch.inference_mode():
-        states, _ = encoder(**{name: torch.from_numpy(array) for name, array in source.items()})
-    prefix = rng.choice(tokenizer.content_ids, size=(len(lengths), decoded))
-    decoder_ids = np.concatenate((np.full((len(lengths), 1), tokenizer.begin_id), prefix), axis=1)
-    decoder_mask = np.ones_like(decoder_ids)
-    for row in range(1, len(lengths), 2) if decoded else ():
-        kept = 1 + rng.integers(decoded)  # the begin token and 0 to decoded - 1 tokens
-        decoder_ids[row, kept:] = tokenizer.pad_id
-        decoder_mask[row, kept:] = 0
+        cross_kv = graphs[GraphRole.DECODER].cross_attention(torch.from_numpy(states)).numpy()
+    rows, (layers, _, heads, _, head_dim) = len(lengths), cross_kv.shape[1:]
+    counts = np.full(rows, decoded, dtype=np.int64)
+    counts[1::2] = rng.integers(decoded + 1, size=len(counts[1::2]))
     feeds = {
-        "decoder_ids": decoder_ids,
-        "decoder_mask": decoder_mask,
-        "encoder_hidden_states": states.numpy(),
-        "encoder_mask": source["attention_mask"],
+        "token": rng.choice(tokenizer.content_ids, size=rows).astype(np.int64),
+        "position": counts,
+        "self_kv": rng.standard_normal((rows, layers, 2, heads, decoded, head_dim)).astype(np.float32),
+        "self_mask": (np.arange(decoded) < counts[:, None]).astype(np.int64),
+        "cross_kv": cross_kv,
+        "encoder_mask": encoder_mask,
     }
     return GraphInputs(feeds, {})
 
 
+def _encoded(
+    description: ModelDescription, graphs: dict[GraphRole, torch.nn.Module], lengths: list[int], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The torch encoder's hidden states [batch, length, hidden] of random sources of `lengths`, and their mask."""
+    source = encoder_inputs(description, lengths, rng).feeds
+    with torch.inference_mode():
+        states, _ = graphs[GraphRole.ENCODER](**{name: torch.from_numpy(array) for name, array in source.items()})
+    return states.numpy(), source["attention_mask"]
+
+
 def verification_inputs(
-    description: ModelDescription, role: GraphRole, graphs: dict[GraphRole, torch.nn.Module], seed: int
+    description: ModelDescription, role: GraphRole, graphs: dict[GraphRole, torch.nn.Module], seed: int, part: str = "model"
 ) -> list[GraphInputs]:
-    """Batches of very different lengths, so every batch carries heavy padding; other shapes than the trace's."""
+    """Batches of very different lengths, so every batch carries heavy padding; other shapes than the trace's.
+
+    `part` names the ONNX graph of a graph made of several (model_catalog.OnnxGraph).
+    """
     rng = np.random.default_rng(seed)
     longest = min(description.max_length, 300)
     length_sets = ([1, 9, longest // 4, longest], [longest // 2], [5, 3, 17])
     if role is GraphRole.ENCODER:
         return [encoder_inputs(description, lengths, rng) for lengths in length_sets]
-    encoder = graphs[GraphRole.ENCODER]
-    return [decoder_step_inputs(description, encoder, lengths, decoded, rng) for lengths, decoded in zip(length_sets, (0, 6, 19))]
+    if part == "cross_attention":
+        return [cross_attention_inputs(description, graphs, lengths, rng) for lengths in length_sets]
+    return [decoder_step_inputs(description, graphs, lengths, decoded, rng) for lengths, decoded in zip(length_sets, (0, 6, 19))]
 
 
-def trace_inputs(description: ModelDescription, role: GraphRole, graphs: dict[GraphRole, torch.nn.Module]) -> GraphInputs:
+def trace_inputs(
+    description: ModelDescription, role: GraphRole, graphs: dict[GraphRole, torch.nn.Module], part: str = "model"
+) -> GraphInputs:
     rng = np.random.default_rng(1234)
     if role is GraphRole.ENCODER:
         return encoder_inputs(description, [10, 4], rng)
-    return decoder_step_inputs(description, graphs[GraphRole.ENCODER], [10, 4], 3, rng)
+    if part == "cross_attention":
+        return cross_attention_inputs(description, graphs, [10, 4], rng)
+    return decoder_step_inputs(description, graphs, [10, 4], 3, rng)

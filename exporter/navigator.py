@@ -21,7 +21,7 @@ import torch
 from exporter.errors import ExportError, OptimizerUnavailable
 from exporter.graph_inputs import GraphInputs
 from exporter.onnx_export import ONNX_OPSET, dynamic_axes
-from model_catalog import GraphSpec, Target
+from model_catalog import OnnxGraph, Target
 
 MISSING = (
     "--optimizer navigator needs Triton Model Navigator, which is not installed in this environment: "
@@ -45,7 +45,7 @@ def navigator_version() -> str:
 
 def optimize_with_navigator(
     module: torch.nn.Module,
-    graph: GraphSpec,
+    graph: OnnxGraph,
     samples: list[GraphInputs],
     target: Target,
     max_batch_size: int,

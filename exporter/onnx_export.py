@@ -12,7 +12,7 @@ import torch
 from onnx.external_data_helper import uses_external_data
 
 from exporter.graph_inputs import GraphInputs
-from model_catalog import GraphSpec
+from model_catalog import OnnxGraph
 
 ONNX_OPSET = 17
 EXTERNAL_DATA_SUFFIX = ".data"
@@ -23,7 +23,7 @@ def external_data_path(path: Path) -> Path:
     return path.with_name(path.name + EXTERNAL_DATA_SUFFIX)
 
 
-def dynamic_axes(graph: GraphSpec) -> dict[str, dict[int, str]]:
+def dynamic_axes(graph: OnnxGraph) -> dict[str, dict[int, str]]:
     """The batch axis and every -1 dimension of each tensor, named for the ONNX graph."""
     return {
         spec.name: {0: "batch", **{axis + 1: f"{spec.name}_{axis}" for axis, dim in enumerate(spec.dims) if dim == -1}}
@@ -32,7 +32,7 @@ def dynamic_axes(graph: GraphSpec) -> dict[str, dict[int, str]]:
 
 
 def export_onnx(
-    module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path, external_data: bool = False
+    module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path, external_data: bool = False
 ) -> None:
     """Write `module` to `path` with the legacy (TorchScript) exporter, which matched torch best."""
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".trace-") as scratch:
@@ -64,7 +64,7 @@ def install_onnx(source: Path, path: Path, external_data: bool = False) -> None:
     external_data_path(path).chmod(0o644)  # onnx writes it private; Triton may run as another user
 
 
-def _trace(module: torch.nn.Module, graph: GraphSpec, sample: GraphInputs, path: Path) -> None:
+def _trace(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path) -> None:
     # The tracer warns about Python branches on shapes; the parity gate, run on
     # other batch sizes and lengths than the trace, is what proves the graph general.
     with torch.inference_mode(), warnings.catch_warnings():

@@ -6,7 +6,7 @@ import enum
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -16,11 +16,12 @@ from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, install_onnx
 from exporter.progress import Progress, Silent
-from exporter.triton_config import ONNX_FILE, config_path, render_config
+from exporter.triton_config import config_path, render_config
 from exporter.verify import PROVIDERS, ParityReport, check_parity, require_providers
-from model_catalog import GraphSpec, ModelDescription, Target
+from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
 
-BACKEND_SOURCE = Path(__file__).parent / "triton_backend" / "model.py"
+BACKENDS = Path(__file__).parent / "triton_backend"
+"""One python-backend model file per model_catalog.Backend, copied as each version's model.py."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
 
@@ -38,10 +39,12 @@ class Optimizer(str, enum.Enum):
 class GraphReport:
     triton_name: str
     version_dir: Path
+    onnx_files: list[str]
     onnx_bytes: int
-    """The graph and its external data, if any."""
+    """The ONNX files and their external data, if any."""
     external_data: bool
     parity: ParityReport
+    """The worst of the graph's ONNX files."""
     configs: list[Path]
 
 
@@ -61,9 +64,10 @@ class ExportReport:
         ]
         for graph in self.graphs:
             parity = graph.parity
-            weights = f", weights in {external_data_path(Path(ONNX_FILE)).name}" if graph.external_data else ""
+            weights = ", weights in *.onnx.data" if graph.external_data else ""
+            files = ", ".join(str(graph.version_dir / name) for name in graph.onnx_files)
             lines += [
-                f"  {graph.triton_name}: {graph.version_dir / ONNX_FILE} ({graph.onnx_bytes / 2**20:.1f} MiB{weights})",
+                f"  {graph.triton_name}: {files} ({graph.onnx_bytes / 2**20:.1f} MiB{weights})",
                 f"    parity: max |onnxruntime - torch| = {parity.max_abs_diff:.2e} <= {parity.tolerance:.0e} "
                 f"({self.target.precision.value} on {parity.provider}), {parity.values_compared:,} values in "
                 f"{parity.batches} padded batches of mixed lengths",
@@ -106,15 +110,19 @@ def export_model(
             name = description.triton_name(graph.role)
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
-            with progress.stage("convert", f"{name} to ONNX ({optimizer.value})"):
-                _convert(description, graph, loaded, optimizer, target, version_dir / ONNX_FILE, external_data)
-            provider = PROVIDERS[target][0][0]
-            with progress.stage("verify", f"{name} against torch on {provider}"):
-                batches = verification_inputs(description, graph.role, loaded.graphs, seed=GATE_SEED)
-                module = loaded.graphs[graph.role]
-                parity = check_parity(module, version_dir / ONNX_FILE, graph, batches, name, target, tolerance)
-            shutil.copy(BACKEND_SOURCE, version_dir / "model.py")
-            staged[graph] = (version_dir, parity)
+            parities = []
+            for part in graph.onnx_graphs:
+                module = loaded.module(graph, part)
+                with progress.stage("convert", f"{name} {part.file} to ONNX ({optimizer.value})"):
+                    _convert(description, graph, part, module, loaded, optimizer, target, version_dir, external_data)
+                provider = PROVIDERS[target][0][0]
+                with progress.stage("verify", f"{name} {part.file} against torch on {provider}"):
+                    batches = verification_inputs(description, graph.role, loaded.graphs, GATE_SEED, part.name)
+                    onnx_path = version_dir / part.file
+                    parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
+            shutil.copy(BACKENDS / f"{graph.backend.value}.py", version_dir / "model.py")
+            worst = max(parities, key=lambda parity: parity.max_abs_diff)
+            staged[graph] = (version_dir, replace(worst, values_compared=sum(p.values_compared for p in parities)))
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
@@ -127,19 +135,23 @@ def export_model(
 def _convert(
     description: ModelDescription,
     graph: GraphSpec,
+    part: OnnxGraph,
+    module: torch.nn.Module,
     loaded: ExportableModel,
     optimizer: Optimizer,
     target: Target,
-    path: Path,
+    version_dir: Path,
     external_data: bool,
 ) -> None:
-    module: torch.nn.Module = loaded.graphs[graph.role]
+    """Write `version_dir / part.file`, traced from `module`."""
+    path = version_dir / part.file
     if optimizer is Optimizer.BUILTIN:
-        export_onnx(module, graph, trace_inputs(description, graph.role, loaded.graphs), path, external_data)
+        sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
+        export_onnx(module, part, sample, path, external_data)
         return
-    samples = verification_inputs(description, graph.role, loaded.graphs, seed=NAVIGATOR_SEED)
-    workspace = path.parent.parent / ".navigator"
-    best = optimize_with_navigator(module, graph, samples, target, description.batching.max_batch_size, workspace)
+    samples = verification_inputs(description, graph.role, loaded.graphs, NAVIGATOR_SEED, part.name)
+    workspace = version_dir.parent / ".navigator"
+    best = optimize_with_navigator(module, part, samples, target, description.batching.max_batch_size, workspace)
     install_onnx(best, path, external_data)
     shutil.rmtree(workspace)
 
@@ -165,7 +177,9 @@ def _publish(
         config_file.parent.mkdir(exist_ok=True)
         config_file.write_text(render_config(description, graph, loaded.sizes, target))
         configs.append(config_file)
-    onnx_files = [published / ONNX_FILE, external_data_path(published / ONNX_FILE)]
-    onnx_bytes = sum(path.stat().st_size for path in onnx_files if path.exists())
-    external = external_data_path(published / ONNX_FILE).exists()
-    return GraphReport(description.triton_name(graph.role), published, onnx_bytes, external, parity, configs)
+    onnx_paths = [published / part.file for part in graph.onnx_graphs]
+    files = onnx_paths + [external_data_path(path) for path in onnx_paths]
+    onnx_bytes = sum(path.stat().st_size for path in files if path.exists())
+    external = any(external_data_path(path).exists() for path in onnx_paths)
+    names = [path.name for path in onnx_paths]
+    return GraphReport(description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs)

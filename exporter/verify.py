@@ -18,7 +18,7 @@ import torch
 
 from exporter.errors import OptimizerUnavailable, ParityError
 from exporter.graph_inputs import GraphInputs
-from model_catalog import GraphSpec, Precision, Target
+from model_catalog import OnnxGraph, Precision, Target
 
 TOLERANCES: dict[Precision, float] = {Precision.FP32: 1e-4, Precision.FP16: 2e-2}
 """Largest |onnxruntime - torch| accepted on hidden states and logits (both of order 1)."""
@@ -63,7 +63,7 @@ def gate_session(onnx_path: Path, target: Target) -> onnxruntime.InferenceSessio
 def check_parity(
     module: torch.nn.Module,
     onnx_path: Path,
-    graph: GraphSpec,
+    graph: OnnxGraph,
     batches: list[GraphInputs],
     name: str,
     target: Target = Target.CPU,

@@ -54,9 +54,11 @@ class BeamSearch:
     end_id: int
     live: list[tuple[list[int], float]] = field(default_factory=list)
     finished: list[tuple[list[int], float]] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    """Each live hypothesis's place in the previous step's `live` (-1 before the first step): beams fork."""
 
     def __post_init__(self) -> None:
-        self.live = [([self.begin_id], 0.0)]
+        self.live, self.parents = [([self.begin_id], 0.0)], [-1]
 
     @property
     def done(self) -> bool:
@@ -76,7 +78,7 @@ class BeamSearch:
         """Advance with [len(live), vocab] log-probabilities of the live hypotheses' next tokens."""
         totals = np.array([score for _, score in self.live])[:, None] + log_probs
         best = np.argsort(-totals, axis=None)[: 2 * self.size]
-        survivors = []
+        survivors, parents = [], []
         for flat in best:
             row, token = divmod(int(flat), log_probs.shape[1])
             ids = self.live[row][0] + [token]
@@ -84,7 +86,8 @@ class BeamSearch:
                 self.finished.append((ids, self._normalised(ids, float(totals[row, token]))))
             elif len(survivors) < self.size:
                 survivors.append((ids, float(totals[row, token])))
-        self.live = survivors
+                parents.append(row)
+        self.live, self.parents = survivors, parents
 
     def best(self) -> list[int]:
         """The best finished hypothesis, or the best live one when the length limit stopped the search."""

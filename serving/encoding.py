@@ -196,13 +196,14 @@ class EncoderEngine:
     ) -> np.ndarray:
         """Run one graph of `model` at its version and return its `output`; Triton away is a 503.
 
-        A batch larger than the graph's max_batch_size goes as several concurrent calls. The
+        A batch larger than the graph's max_batch_size goes as several concurrent calls (a
+        graph Triton does not batch, max_batch_size 0, takes its arrays whole). The
         runner's client `infer` is called directly: it takes a version and headers, and needs no
         metadata round trip per call (the config was read once, at discovery).
         """
         graph = model.graph(role)
         rows = len(next(iter(arrays.values())))
-        if rows > graph.max_batch_size:
+        if 0 < graph.max_batch_size < rows:
             parts = [
                 {name: array[start : start + graph.max_batch_size] for name, array in arrays.items()}
                 for start in range(0, rows, graph.max_batch_size)

@@ -15,7 +15,7 @@ from model_catalog import Capability, GraphRole
 from preprocessing import SmilesTokenizer
 from preprocessing.decoding import BeamSearch, greedy, log_softmax, sample_top_k_top_p
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
-from serving.decode_batcher import DecodeBatcher, Latents
+from serving.decode_batcher import DecodeBatcher, Latents, StepRows
 from serving.encoding import EncoderEngine
 from serving.errors import FieldProblem, InvalidRequest
 from serving.protocol import (
@@ -39,19 +39,22 @@ class TokenByToken:
         self, latents: Latents, max_length: int, choose: Callable[[np.ndarray], np.ndarray], tokenizer: SmilesTokenizer
     ) -> None:
         self.latents, self.max_length, self.choose = latents, max_length, choose
-        self.begin_id, self.end_id, self.pad_id = tokenizer.begin_id, tokenizer.end_id, tokenizer.pad_id
-        self.ids = np.full((len(latents.mask), 1), self.begin_id, dtype=np.int64)
+        self.end_id, self.pad_id = tokenizer.end_id, tokenizer.pad_id
+        self.ids = np.full((len(latents.mask), 1), tokenizer.begin_id, dtype=np.int64)
         self.live = np.arange(len(latents.mask))
+        self.parents = np.full(len(self.live), -1)
+        """Each live row's place among the previous step's rows; -1 before the first step."""
 
-    def query(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.ids[self.live], self.live
+    def query(self) -> StepRows:
+        return StepRows(tokens=self.ids[self.live, -1], parents=self.parents, sources=self.live)
 
     def advance(self, logits: np.ndarray) -> bool:
         chosen = self.choose(logits)
         step = np.full(len(self.ids), self.pad_id, dtype=np.int64)
         step[self.live] = chosen
         self.ids = np.concatenate((self.ids, step[:, None]), axis=1)
-        self.live = self.live[chosen != self.end_id]
+        continuing = chosen != self.end_id
+        self.live, self.parents = self.live[continuing], np.flatnonzero(continuing)
         return not self.live.size or self.ids.shape[1] > self.max_length
 
     def result(self) -> list[np.ndarray]:
@@ -64,22 +67,27 @@ class BeamDecoding:
     def __init__(self, latents: Latents, max_length: int, beam_size: int, tokenizer: SmilesTokenizer) -> None:
         self.latents, self.max_length = latents, max_length
         self.searches = [BeamSearch(beam_size, tokenizer.begin_id, tokenizer.end_id) for _ in range(len(latents.mask))]
+        self.offsets: dict[int, int] = {}
+        """Where each search's hypotheses were among the previous step's rows."""
         self.steps = 0
 
-    def query(self) -> tuple[np.ndarray, np.ndarray]:
-        active = [i for i, search in enumerate(self.searches) if not search.done]
-        owners = np.array([i for i in active for _ in self.searches[i].live])
-        ids = np.array([hypothesis for i in active for hypothesis, _ in self.searches[i].live], dtype=np.int64)
-        return ids, owners
+    def query(self) -> StepRows:
+        active = [index for index, search in enumerate(self.searches) if not search.done]
+        tokens, parents, sources, offsets = [], [], [], {}
+        for index in active:
+            search = self.searches[index]
+            offsets[index] = len(tokens)
+            tokens += [hypothesis[-1] for hypothesis, _ in search.live]
+            parents += [parent + self.offsets[index] if parent >= 0 else -1 for parent in search.parents]
+            sources += [index] * len(search.live)
+        self.offsets = offsets
+        return StepRows(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64), np.array(sources))
 
     def advance(self, logits: np.ndarray) -> bool:
         log_probs = log_softmax(logits)
-        offset = 0
-        for search in self.searches:
-            if not search.done:
-                count = len(search.live)
-                search.step(log_probs[offset : offset + count])
-                offset += count
+        for index, offset in self.offsets.items():
+            search = self.searches[index]
+            search.step(log_probs[offset : offset + len(search.live)])
         self.steps += 1
         return self.steps >= self.max_length or all(search.done for search in self.searches)
 
@@ -152,9 +160,9 @@ class MoleculeGenerator:
         if key not in self._batchers:
 
             async def step(arrays: dict[str, np.ndarray]) -> np.ndarray:
-                return await self.engine.infer(model, GraphRole.DECODER_STEP, arrays, "logits")
+                return await self.engine.infer(model, GraphRole.DECODER, arrays, "logits")
 
-            self._batchers[key] = DecodeBatcher(step, self._tokenizer(model).pad_id)
+            self._batchers[key] = DecodeBatcher(step, model.sizes["hidden_size"])
         await self._batchers[key].decode(decoding)
         return decoding.result()
 

@@ -11,6 +11,7 @@ from transformers import AutoTokenizer, EsmModel, MBartForConditionalGeneration,
 from transformers.modeling_outputs import BaseModelOutput
 
 from model_catalog import MODELS, Architecture
+from preprocessing.decoding import BeamSearch, log_softmax
 from preprocessing.smiles import SmilesTokenizer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -47,6 +48,27 @@ class TransformersReference:
                 num_beams=1,
             )
         return output.tolist()
+
+    def beam_search(self, hiddens: np.ndarray, mask: np.ndarray, beam_size: int, max_steps: int) -> list[list[int]]:
+        """preprocessing's BeamSearch over transformers' logits of whole prefixes, no key-value cache: each
+        hypothesis decoded from scratch at every step, so that nothing is shared with the service's caches."""
+        results = []
+        for row in range(len(hiddens)):
+            search = BeamSearch(beam_size, self.seq2seq.config.decoder_start_token_id, self.seq2seq.config.eos_token_id)
+            for _ in range(max_steps):
+                if search.done:
+                    break
+                prefixes = torch.tensor([ids for ids, _ in search.live])
+                states = torch.from_numpy(hiddens[row : row + 1]).expand(len(prefixes), -1, -1)
+                with torch.inference_mode():
+                    logits = self.seq2seq(
+                        encoder_outputs=BaseModelOutput(last_hidden_state=states),
+                        attention_mask=torch.from_numpy(mask[row : row + 1]).expand(len(prefixes), -1),
+                        decoder_input_ids=prefixes,
+                    ).logits[:, -1]
+                search.step(log_softmax(logits.numpy()))
+            results.append(search.best())
+        return results
 
     @cached_property
     def tokenizer(self):  # noqa: ANN201 - a transformers tokenizer

@@ -25,7 +25,9 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from build_bento import repository_is_complete
 from conftest import ROOT, RunningService, start_service, stop_service
+from model_catalog import MODELS
 from reference import TransformersReference
 
 BASE_IMAGE = re.compile(r"^FROM (nvcr\.io/nvidia/tritonserver:\d\d\.\d\d-py3) AS base-container$", re.MULTILINE | re.IGNORECASE)
@@ -101,12 +103,14 @@ def test_bento_installs_the_lock_resolved_for_the_image_python(cpu_bento: Path) 
 
 def test_bento_carries_every_model_with_every_target_config(cpu_bento: Path) -> None:
     repository = cpu_bento / "src" / "model_repository"
-    for config_file in repository.glob("*/config.pbtxt"):
-        model_dir = config_file.parent
-        assert any(model_dir.glob("[0-9]*/model.onnx")), model_dir
-        for name, backend in (("config.pbtxt", "python"), ("configs/gpu.pbtxt", "onnxruntime")):
-            config = text_format.Parse((model_dir / name).read_text(), model_config_pb2.ModelConfig())
-            assert (config.name, config.backend) == (model_dir.name, backend)
+    assert repository_is_complete(repository)
+    for description in MODELS.values():
+        for graph in description.graphs:
+            model_dir = repository / description.triton_name(graph.role)
+            gpu_backend = "python" if graph.stateful else "onnxruntime"
+            for name, backend in (("config.pbtxt", "python"), ("configs/gpu.pbtxt", gpu_backend)):
+                config = text_format.Parse((model_dir / name).read_text(), model_config_pb2.ModelConfig())
+                assert (config.name, config.backend) == (model_dir.name, backend)
     assert {path.parent.name for path in repository.glob("*/config.pbtxt")} == {
         "esm1nv", "esm2nv", "prott5nv", "megamolbart_encoder", "megamolbart_decoder"
     }  # fmt: skip

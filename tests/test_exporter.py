@@ -8,13 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 import torch
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
-
-from transformers import AutoConfig
 
 from exporter import export_model
 from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
@@ -22,7 +19,7 @@ from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inp
 from exporter.onnx_export import export_onnx
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, check_parity
-from model_catalog import MODELS, GraphRole, Target
+from model_catalog import DECODER, MODELS, GraphRole, Target
 from reference import CHECKPOINTS
 
 ESM2 = MODELS["esm2nv"]
@@ -62,12 +59,30 @@ def test_gpu_configs_run_the_same_onnx_file_in_the_native_backend(target: Target
         assert not accelerators
 
 
+def test_the_stateful_decoder_keeps_the_python_backend_in_one_instance_on_every_target() -> None:
+    """Its caches live in one process; the service batches its rows, so Triton does not."""
+    megamolbart = MODELS["megamolbart"]
+    sizes = {"hidden_size": 32, "vocab_size": 50, "decoder_layers": 2, "decoder_heads": 4, "head_dim": 8}
+    for target in Target:
+        config = text_format.Parse(render_config(megamolbart, DECODER, sizes, target), model_config_pb2.ModelConfig())
+        assert (config.backend, config.max_batch_size, config.instance_group[0].count) == ("python", 0, 1)
+        assert not config.HasField("dynamic_batching")
+        parameters = {key: value.string_value for key, value in config.parameters.items()}
+        assert parameters["cross_attention_file"] == "cross_attention.onnx" and parameters["step_file"] == "step.onnx"
+        threads = megamolbart.batching.intra_op_threads * megamolbart.batching.instance_count
+        assert parameters["intra_op_threads"] == str(threads)  # the cores its model's other graph gets
+        assert parameters["idle_seconds"] == str(megamolbart.batching.cache_idle_seconds)
+        provider = "CPUExecutionProvider" if target is Target.CPU else "CUDAExecutionProvider"
+        assert parameters["execution_provider"] == provider
+    assert [tuple(t.dims) for t in config.input] == [(-1,), (-1,), (-1,), (-1, -1, 32), (-1, -1), (-1,)]
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     description = MODELS[name]
     repository = Path(__file__).resolve().parent.parent / "model_repository"
-    checkpoint = AutoConfig.from_pretrained(CHECKPOINTS / name)
-    sizes = {"hidden_size": checkpoint.hidden_size, "vocab_size": checkpoint.vocab_size}
+    sizes = load_for_export(description, CHECKPOINTS / name).sizes
+    assert {"hidden_size"} <= sizes.keys()
     for graph, target in itertools.product(description.graphs, Target):
         text = (repository / description.triton_name(graph.role) / config_path(target)).read_text()
         assert text == render_config(description, graph, sizes, target)
@@ -132,14 +147,14 @@ def test_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) 
 def test_gate_catches_a_graph_that_differs_from_the_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
     graphs = load_for_export(ESM2, tiny_checkpoint).graphs
     module, graph = graphs[GraphRole.ENCODER], ESM2.graphs[0]
-    export_onnx(module, graph, trace_inputs(ESM2, GraphRole.ENCODER, graphs), tmp_path / "model.onnx")
+    export_onnx(module, graph.onnx_graphs[0], trace_inputs(ESM2, GraphRole.ENCODER, graphs), tmp_path / "model.onnx")
     torch.manual_seed(0)
     with torch.no_grad():  # the ONNX graph now holds weights the checkpoint no longer has
         weight = module.encoder.encoder.layer[0].output.dense.weight
         weight.add_(torch.randn_like(weight) * 1e-2)
     batches = verification_inputs(ESM2, GraphRole.ENCODER, graphs, seed=0)
     with pytest.raises(ParityError):
-        check_parity(module, tmp_path / "model.onnx", graph, batches, "esm2nv")
+        check_parity(module, tmp_path / "model.onnx", graph.onnx_graphs[0], batches, "esm2nv")
 
 
 def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mask(tiny_checkpoint: Path) -> None:
@@ -156,27 +171,17 @@ def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mas
     np.testing.assert_array_equal(cls.numpy(), hidden[:, 0])
 
 
-def test_decoder_step_reads_each_rows_logits_at_its_own_last_token(tmp_path: Path) -> None:
-    """Continuous batching puts rows of different lengths in one step: padded, a row gives the logits it gives alone."""
+def test_the_decoder_exports_both_parts_verified(tmp_path: Path) -> None:
     description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])
     create_default_checkpoint(description, tmp_path / "checkpoint", seed=3)
     report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
-    session = onnxruntime.InferenceSession(str(report.graphs[1].version_dir / "model.onnx"))
-    rng = np.random.default_rng(1)
-    states = rng.normal(size=(2, 9, 32)).astype(np.float32)
-    encoder_mask = np.array([[1] * 9, [1] * 5 + [0] * 4])
-    prefixes = [rng.integers(4, 60, size=length) for length in (7, 2)]
-
-    def step(ids: np.ndarray, mask: np.ndarray, rows: list[int]) -> np.ndarray:
-        feeds = {"decoder_ids": ids, "decoder_mask": mask, "encoder_mask": encoder_mask[rows]}
-        (logits,) = session.run(["logits"], feeds | {"encoder_hidden_states": states[rows]})
-        return logits
-
-    alone = [step(prefix[None], np.ones((1, len(prefix)), dtype=np.int64), [row]) for row, prefix in enumerate(prefixes)]
-    padded = np.zeros((2, 7), dtype=np.int64)
-    padded[0], padded[1, :2] = prefixes
-    together = step(padded, (np.arange(7) < np.array([[7], [2]])).astype(np.int64), [0, 1])
-    np.testing.assert_allclose(together, np.concatenate(alone), rtol=0, atol=1e-5)
+    decoder = report.graphs[1]
+    assert decoder.onnx_files == ["cross_attention.onnx", "step.onnx"]
+    assert sorted(p.name for p in decoder.version_dir.iterdir()) == ["cross_attention.onnx", "model.py", "step.onnx"]
+    assert "keeps each row's key-value cache" in (decoder.version_dir / "model.py").read_text()  # the stateful one
+    assert decoder.parity.max_abs_diff < 1e-4 and decoder.onnx_bytes == sum(
+        (decoder.version_dir / name).stat().st_size for name in decoder.onnx_files
+    )
 
 
 def test_unreadable_checkpoint_names_the_file(tmp_path: Path) -> None:

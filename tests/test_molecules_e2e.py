@@ -82,30 +82,25 @@ def test_concurrent_decodes_share_decoder_steps_and_keep_their_answers(
     latents = [(np.asarray(b["hiddens"], dtype=np.float32), np.asarray(b["mask"])) for b in bodies]
     expected = [greedy_reference(reference, hiddens, mask, 16)[0] for hiddens, mask in latents]
 
-    def decode_all(concurrently: bool) -> tuple[list[str], int, int]:
-        """The first SMILES of each answer, and the decoder's rows and runs in Triton meanwhile."""
-        rows, runs = service.triton_counts("megamolbart_decoder")
+    def decode_all(concurrently: bool) -> tuple[list[str], int]:
+        """The first SMILES of each answer, and the decoder's runs in Triton meanwhile."""
+        _, runs = service.triton_counts("megamolbart_decoder")
         with ThreadPoolExecutor(max_workers=len(bodies) if concurrently else 1) as pool:
             answers = list(pool.map(lambda body: post(service, "/decode", body), bodies))
-        rows_after, runs_after = service.triton_counts("megamolbart_decoder")
-        return [answer.json()["smiles"][0] for answer in answers], rows_after - rows, runs_after - runs
+        _, runs_after = service.triton_counts("megamolbart_decoder")
+        return [answer.json()["smiles"][0] for answer in answers], runs_after - runs
 
-    alone, rows_alone, runs_alone = decode_all(concurrently=False)
-    together, rows_together, runs_together = decode_all(concurrently=True)
+    alone, runs_alone = decode_all(concurrently=False)
+    together, runs_together = decode_all(concurrently=True)
     assert alone == together == expected
-    assert runs_alone == rows_alone == rows_together  # alone: one row per step
     assert runs_together < runs_alone / 2, "concurrent requests did not share decoder steps"
 
 
-def test_generate_decodes_seeded_noisy_latents_like_transformers(
-    service: RunningService, reference: TransformersReference
-) -> None:
-    """/generate: every seed's encoder states, padded to the longest seed and repeated per sample, plus numpy's
-    `default_rng(seed)` Gaussian noise times `scaled_radius`; then greedy decoding, equal to transformers' `generate`."""
-    seeds, samples, radius, steps = [SMILES[0], SMILES[2]], 3, 100.0, 20
-    body = {"smiles": seeds, "num_samples": samples, "seed": 5, "scaled_radius": radius, "max_length": steps}
-    answer = post(service, "/generate", body)
-    assert answer.status_code == 200, answer.text
+def noisy_latents(
+    reference: TransformersReference, seeds: list[str], samples: int, seed: int, radius: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """What /generate decodes: every seed's encoder states, padded to the longest seed and repeated per sample, plus
+    numpy's `default_rng(seed)` Gaussian noise times `scaled_radius`; and the mask."""
     states = [reference.hidden_states(smiles) for smiles in seeds]
     width = max(len(state) for state in states)
     padded = np.zeros((len(seeds), width, states[0].shape[1]), dtype=np.float32)
@@ -113,11 +108,40 @@ def test_generate_decodes_seeded_noisy_latents_like_transformers(
     for row, state in enumerate(states):
         padded[row, : len(state)], mask[row, : len(state)] = state, 1
     padded, mask = np.repeat(padded, samples, axis=0), np.repeat(mask, samples, axis=0)
-    noise = np.random.default_rng(5).standard_normal(padded.shape).astype(np.float32) * np.float32(radius)
-    expected = greedy_reference(reference, ((padded + noise) * mask[:, :, None]).astype(np.float32), mask, steps)
+    noise = np.random.default_rng(seed).standard_normal(padded.shape).astype(np.float32) * np.float32(radius)
+    return ((padded + noise) * mask[:, :, None]).astype(np.float32), mask
+
+
+def test_generate_decodes_seeded_noisy_latents_like_transformers(
+    service: RunningService, reference: TransformersReference
+) -> None:
+    """Greedy /generate equals transformers' `generate` from the same noisy latents."""
+    seeds, samples, radius, steps = [SMILES[0], SMILES[2]], 3, 100.0, 20
+    body = {"smiles": seeds, "num_samples": samples, "seed": 5, "scaled_radius": radius, "max_length": steps}
+    answer = post(service, "/generate", body)
+    assert answer.status_code == 200, answer.text
+    expected = greedy_reference(reference, *noisy_latents(reference, seeds, samples, 5, radius), steps)
     generated = [sample["smiles"] for result in answer.json()["results"] for sample in result["samples"]]
     assert len(set(expected)) == len(expected)  # the comparison has teeth
     assert generated == expected
+
+
+def test_beam_search_forks_cached_rows_like_decoding_whole_prefixes(
+    service: RunningService, reference: TransformersReference
+) -> None:
+    """Beam search over the key-value-cached decoder (hypotheses fork their parents' caches) gives what the same
+    search gives over transformers' logits of whole prefixes, recomputed at every step."""
+    seeds, samples, radius, steps, beams = [SMILES[0], SMILES[3]], 2, 100.0, 16, 3
+    body = {"smiles": seeds, "num_samples": samples, "seed": 9, "scaled_radius": radius, "max_length": steps,
+            "method": "beam", "beam_size": beams}  # fmt: skip
+    answer = post(service, "/generate", body)
+    assert answer.status_code == 200, answer.text
+    hiddens, mask = noisy_latents(reference, seeds, samples, 9, radius)
+    detokenizer = SmilesTokenizer(max_tokens=510)
+    expected = [detokenizer.decode(np.asarray(ids)) for ids in reference.beam_search(hiddens, mask, beams, steps)]
+    greedy = greedy_reference(reference, hiddens, mask, steps)
+    assert expected != greedy  # the comparison has teeth: the beams changed some answer
+    assert [sample["smiles"] for result in answer.json()["results"] for sample in result["samples"]] == expected
 
 
 @pytest.mark.parametrize("method", ["greedy", "topkp", "beam"])

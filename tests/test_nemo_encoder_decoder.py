@@ -27,8 +27,9 @@ from test_nemo_checkpoints import (
 from transformers import MBartConfig, MBartForConditionalGeneration
 
 from exporter import export_model
-from exporter.architectures import CheckpointError, DecoderStep, EncoderGraph, load_for_export
-from exporter.graph_inputs import decoder_step_inputs
+from exporter.architectures import CheckpointError, EncoderGraph, load_for_export
+from exporter.cached_decoder import CachedDecoder
+from exporter.graph_inputs import cross_attention_inputs, decoder_step_inputs
 from model_catalog import MODELS, GraphRole
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
@@ -167,16 +168,20 @@ def regex_tokenizer() -> dict[str, object]:
     return {"library": "regex", "type": None, "merge_file": None} | {key: f"nemo:{m}" for key, m in files.items()}
 
 
-def assert_decoder_steps_agree(loaded: torch.nn.Module, original: MBartForConditionalGeneration) -> None:
-    """Logits of the next token after 0 and 12 decoded tokens, attending to padded batches of mixed lengths."""
+def assert_decoders_agree(loaded: CachedDecoder, original: MBartForConditionalGeneration) -> None:
+    """Both parts of the cached decoder: cross-attention keys and values, and the next token's logits and keys and
+    values after 0 and 12 cached tokens, on padded batches of mixed lengths."""
     description, rng = MODELS["megamolbart"], np.random.default_rng(4)
-    encoder = EncoderGraph(original.get_encoder())
+    reference = {GraphRole.ENCODER: EncoderGraph(original.get_encoder()), GraphRole.DECODER: CachedDecoder(original)}
     for lengths, decoded in (([1, 9, 60], 0), ([30, 5], 12)):
-        feeds = decoder_step_inputs(description, encoder, lengths, decoded, rng).feeds
-        tensors = {name: torch.from_numpy(array) for name, array in feeds.items()}
+        cross = cross_attention_inputs(description, reference, lengths, rng).feeds["encoder_hidden_states"]
+        step = decoder_step_inputs(description, reference, lengths, decoded, rng).feeds
+        expected, tensors = reference[GraphRole.DECODER], {name: torch.from_numpy(array) for name, array in step.items()}
         with torch.inference_mode():
-            expected = DecoderStep(original)(**tensors).numpy()
-            np.testing.assert_allclose(loaded(**tensors).numpy(), expected, rtol=0, atol=1e-5)
+            pairs = [(loaded.cross_attention(torch.from_numpy(cross)), expected.cross_attention(torch.from_numpy(cross)))]
+            pairs += zip(loaded.step(**tensors), expected.step(**tensors))
+        for got, expected in pairs:
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-5)
 
 
 ERF_GELU = {"bias_activation_fusion": False}
@@ -216,10 +221,10 @@ def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
     expected, _ = hidden_states(EncoderGraph(original.get_encoder()), description)
     encoder = loaded.graphs[GraphRole.ENCODER]
     np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
-    assert_decoder_steps_agree(loaded.graphs[GraphRole.DECODER_STEP], original)
+    assert_decoders_agree(loaded.graphs[GraphRole.DECODER], original)
 
     report = export_model(description, nemo, tmp_path / "repository")
-    names = [description.triton_name(role) for role in (GraphRole.ENCODER, GraphRole.DECODER_STEP)]
+    names = [description.triton_name(role) for role in (GraphRole.ENCODER, GraphRole.DECODER)]
     assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3) for name in names]
     assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
 
@@ -321,7 +326,7 @@ def test_each_half_keeps_its_layer_norm_epsilon(weights: Weights, tmp_path: Path
     """MBartConfig has no epsilon (nn.LayerNorm's 1e-5 throughout); Megatron sets one per half."""
     config = megatron_config(True, {"layernorm_epsilon": 1e-6}, {"layernorm_epsilon": "1e-3"})
     nemo = write_nemo(tmp_path / "eps.nemo", config, weights)
-    model = load_for_export(MODELS["megamolbart"], nemo).graphs[GraphRole.DECODER_STEP].seq2seq.model
+    model = load_for_export(MODELS["megamolbart"], nemo).graphs[GraphRole.DECODER].step.seq2seq.model
     for half, epsilon in ((model.encoder, 1e-6), (model.decoder, 1e-3)):
         assert {module.eps for module in half.modules() if isinstance(module, torch.nn.LayerNorm)} == {epsilon}
 

@@ -69,12 +69,8 @@ from dataclasses import dataclass
 
 import torch
 
-from exporter.architectures import (
-    _MEGAMOLBART_COMMON,
-    DecoderStep,
-    EncoderGraph,
-    ExportableModel,
-)
+from exporter.architectures import _MEGAMOLBART_COMMON, EncoderGraph, ExportableModel
+from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
 from exporter.nemo.archive import (
     Convert,
     NemoArchive,
@@ -269,9 +265,8 @@ def load_megamolbart(description: ModelDescription, archive: NemoArchive) -> Exp
     if head_bias:
         rules.append(Rule(f"{TOKENS_HEAD}bias", ("final_logits_bias",), _logits_bias(vocabulary)))
     load_renamed(model, archive, rules, frozenset(), frozenset() if head_bias else frozenset({"final_logits_bias"}))
-    graphs = {GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER_STEP: DecoderStep(model)}
-    sizes = {"hidden_size": config.d_model, "vocab_size": vocabulary}
-    return ExportableModel(graphs, sizes, max_positions=config.max_position_embeddings)
+    graphs = {GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)}
+    return ExportableModel(graphs, seq2seq_sizes(config), max_positions=config.max_position_embeddings)
 
 
 def load_prott5nv(description: ModelDescription, archive: NemoArchive) -> ExportableModel:

@@ -1,8 +1,8 @@
-"""Triton python-backend model that runs an exported ONNX graph with onnxruntime.
+"""Triton python-backend model that runs one stateless exported ONNX graph with onnxruntime.
 
 The exporter copies this file into `<repository>/<model>/<version>/model.py`.
 Tensor names and dtypes come from the model's `config.pbtxt`, the single
-source of truth; the ONNX file name comes from its `onnx_file` parameter.
+source of truth; so do the ONNX file (`model_file`), the threads and the provider.
 Requests that Triton's dynamic batcher hands over together are concatenated
 into one onnxruntime call, grouped by shape and by the outputs they ask for;
 only those outputs are copied back (an /embed asks for embeddings, not every
@@ -30,10 +30,11 @@ class TritonPythonModel:
             tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"]) for tensor in config["output"]
         }
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        onnx_path = Path(args["model_repository"]) / args["model_version"] / parameters["onnx_file"]
+        onnx_path = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = int(parameters["intra_op_threads"])
-        self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        providers = [parameters["execution_provider"]]
+        self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=providers)
 
     def execute(self, requests: list) -> list:
         arrays = [

@@ -1,0 +1,109 @@
+"""The key-value-cached decoder's graphs give transformers' logits of whole prefixes, in torch and in onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from transformers import MBartForConditionalGeneration
+from transformers.modeling_outputs import BaseModelOutput
+
+from exporter.cached_decoder import CachedDecoder
+from exporter.graph_inputs import GraphInputs
+from exporter.onnx_export import export_onnx
+from model_catalog import DECODER
+from reference import CHECKPOINTS
+
+STEP_INPUTS = ("token", "position", "self_kv", "self_mask", "cross_kv", "encoder_mask")
+Source = tuple[torch.Tensor, torch.Tensor]
+
+
+@pytest.fixture(scope="module")
+def seq2seq() -> MBartForConditionalGeneration:
+    return MBartForConditionalGeneration.from_pretrained(CHECKPOINTS / "megamolbart", attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def source() -> Source:
+    """Latents far from the untrained model's comfort zone, so that greedy decoding picks a new token at each step."""
+    rng = np.random.default_rng(0)
+    states = torch.from_numpy((rng.standard_normal((3, 9, 256)) * 100).astype(np.float32))
+    mask = torch.ones(3, 9, dtype=torch.int64)
+    mask[1, 5:] = mask[2, 2:] = 0
+    return states, mask
+
+
+def whole_prefix_logits(
+    seq2seq: MBartForConditionalGeneration, ids: torch.Tensor, states: torch.Tensor, mask: torch.Tensor
+) -> np.ndarray:
+    """transformers' logits of each row's next token, decoding the whole prefix without a cache."""
+    with torch.inference_mode():
+        output = seq2seq(
+            encoder_outputs=BaseModelOutput(last_hidden_state=states), attention_mask=mask, decoder_input_ids=ids
+        )
+    return output.logits[:, -1].numpy()
+
+
+def greedy_with_cache(
+    seq2seq: MBartForConditionalGeneration, states: torch.Tensor, mask: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[np.ndarray, np.ndarray]]]:
+    """Greedy ids, and per step the cached step's logits next to transformers' of the whole prefix."""
+    decoder = CachedDecoder(seq2seq)
+    rows, layers, heads = len(states), len(seq2seq.model.decoder.layers), seq2seq.config.decoder_attention_heads
+    ids = torch.full((rows, 1), seq2seq.config.decoder_start_token_id)
+    cache = torch.zeros(rows, layers, 2, heads, 0, seq2seq.config.d_model // heads)
+    cache_mask = torch.zeros(rows, 0, dtype=torch.int64)
+    pairs = []
+    with torch.inference_mode():
+        cross_kv = decoder.cross_attention(states)
+        for step in range(steps):
+            expected = whole_prefix_logits(seq2seq, ids, states, mask)
+            logits, token_kv = decoder.step(ids[:, -1], torch.full((rows,), step), cache, cache_mask, cross_kv, mask)
+            pairs.append((logits.numpy(), expected))
+            cache = torch.cat((cache, token_kv), dim=4)
+            cache_mask = torch.cat((cache_mask, torch.ones(rows, 1, dtype=torch.int64)), dim=1)
+            ids = torch.cat((ids, torch.from_numpy(expected.argmax(axis=-1))[:, None]), dim=1)
+    return ids, cache, cross_kv, pairs
+
+
+def test_cached_steps_give_the_full_prefix_logits(seq2seq: MBartForConditionalGeneration, source: Source) -> None:
+    ids, _, _, pairs = greedy_with_cache(seq2seq, *source, steps=16)
+    assert len(set(ids[:, 1:].flatten().tolist())) > 10  # the comparison has teeth: the tokens change
+    for logits, expected in pairs:
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-3)  # logits of order 1e2 from latents of 1e2
+
+
+def test_exported_graphs_take_ragged_and_empty_caches(
+    seq2seq: MBartForConditionalGeneration, source: Source, tmp_path: Path
+) -> None:
+    """Rows with 6, 2 and 0 tokens decoded share one onnxruntime call, caches right-padded: each gives the logits
+    of its own prefix."""
+    states, mask = source
+    ids, cache, cross_kv, _ = greedy_with_cache(seq2seq, states, mask, steps=6)
+    cross_part, step_part = DECODER.parts
+    decoder = CachedDecoder(seq2seq)
+    cross_path, step_path = tmp_path / cross_part.file, tmp_path / step_part.file
+    export_onnx(decoder.cross_attention, cross_part, GraphInputs({"encoder_hidden_states": states.numpy()}, {}), cross_path)
+    three_decoded = (cache[..., :3, :], torch.ones(3, 3, dtype=torch.int64))
+    sample = (ids[:, -1], torch.full((3,), 3), *three_decoded, cross_kv, mask)
+    export_onnx(decoder.step, step_part, GraphInputs({k: v.numpy() for k, v in zip(STEP_INPUTS, sample)}, {}), step_path)
+    cross_session = onnxruntime.InferenceSession(str(cross_path))
+    (exported_cross,) = cross_session.run(None, {"encoder_hidden_states": states.numpy()})
+    np.testing.assert_allclose(exported_cross, cross_kv.numpy(), rtol=1e-5, atol=1e-3)
+    session = onnxruntime.InferenceSession(str(step_path))
+    decoded = np.array([6, 2, 0])
+    padded_cache = cache.numpy().copy()
+    padded_mask = (np.arange(6) < decoded[:, None]).astype(np.int64)
+    garbage = np.random.default_rng(1).standard_normal(padded_cache.shape).astype(np.float32) * 1e3
+    for row, count in enumerate(decoded):
+        padded_cache[row, ..., count:, :] = garbage[row, ..., count:, :]  # a shorter row's padding: masked out
+    feeds = [ids.numpy()[np.arange(3), decoded], decoded, padded_cache, padded_mask, exported_cross, mask.numpy()]
+    logits, token_kv = session.run(None, dict(zip(STEP_INPUTS, feeds)))
+    assert token_kv.shape == (3, *cache.shape[1:4], 1, cache.shape[5])
+    for row, count in enumerate(decoded):
+        prefix = ids[row : row + 1, : count + 1]
+        expected = whole_prefix_logits(seq2seq, prefix, states[row : row + 1], mask[row : row + 1])[0]
+        np.testing.assert_allclose(logits[row], expected, rtol=1e-5, atol=1e-3)
