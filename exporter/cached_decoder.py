@@ -81,7 +81,7 @@ class CachedDecoderStep(torch.nn.Module):
         table = decoder.embed_positions
         positions = torch.nn.functional.embedding(position + table.offset, table.weight)
         hidden = decoder.layernorm_embedding(decoder.embed_tokens(token[:, None]) + positions[:, None])
-        self_bias = _mask_bias(torch.cat((self_mask, torch.ones_like(token)[:, None]), dim=1), hidden.dtype)
+        past_bias = _mask_bias(self_mask, hidden.dtype)
         cross_bias = _mask_bias(encoder_mask, hidden.dtype)
         token_kv = []
         for index, layer in enumerate(decoder.layers):
@@ -91,9 +91,12 @@ class CachedDecoderStep(torch.nn.Module):
             keys = _heads(attention.k_proj(normed), attention.num_heads)
             values = _heads(attention.v_proj(normed), attention.num_heads)
             token_kv.append(torch.stack((keys, values), dim=1))
-            keys = torch.cat((self_kv[:, index, 0], keys), dim=2)
-            values = torch.cat((self_kv[:, index, 1], values), dim=2)
-            hidden = hidden + attention.out_proj(_attend(query, keys, values, self_bias))
+            # The past and the token itself apart: the cache is only read, never concatenated (copied) with the token.
+            past_keys, past_values = self_kv[:, index, 0], self_kv[:, index, 1]
+            scores = torch.cat((query @ past_keys.transpose(-1, -2) + past_bias, (query * keys).sum(-1, keepdim=True)), -1)
+            weights = torch.softmax(scores, dim=-1)
+            attended = weights[..., :-1] @ past_values + weights[..., -1:] * values
+            hidden = hidden + attention.out_proj(attended.transpose(1, 2).reshape(query.shape[0], 1, -1))
 
             attention = layer.encoder_attn
             normed = layer.encoder_attn_layer_norm(hidden)

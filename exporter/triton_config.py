@@ -55,7 +55,7 @@ def build_config(
         config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
     config.version_policy.latest.num_versions = description.versions_served
-    if description.response_cache:
+    if description.response_cache and not graph.stateful:  # a stateful model's answer depends on its caches
         config.response_cache.enable = True
     if python_backend:
         # Read by the backend (exporter/triton_backend/<backend>.py).

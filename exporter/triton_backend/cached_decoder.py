@@ -3,18 +3,21 @@
 The exporter copies this file into `<repository>/<model>/<version>/model.py` for
 model_catalog's DECODER graph; tensor names, dtypes, ONNX files, threads and the
 provider come from its `config.pbtxt`. The service's decode batcher calls it once
-per step with one token for each row of every decoding in flight. Per row id it
-keeps the cross-attention keys and values of the row's source (computed once,
-shared by the beams forked from it) and the self-attention keys and values of
-the tokens decoded so far, so that a step costs one token per row, not its prefix.
+per step with one token for each row of every decoding in flight. For each row
+it keeps the cross-attention keys and values of the row's source (computed once)
+and the self-attention keys and values of the tokens decoded so far, so that a
+step costs one token per row, not its prefix.
 
-Every row gets a new id at every step and names its parent: it continues the
-parent's cache, moved when the same call releases the parent and no other row
-forks from it, copied otherwise (beams fork). A call releases the caches it is
-done with; a cache left unused for `idle_seconds` (its client vanished) is
-forgotten. The caches live in this one process: the config asks for one
-instance, and a restarted tritonserver has forgotten every cache (a call naming
-one gets an error, which the service answers with a 503).
+Every row gets a new id at every step and names its parent. The rows of one
+client (one decode batcher) form a stream, kept in the slots of arrays that
+onnxruntime reads as they are: a step copies no cache. A row continuing its
+parent keeps the parent's slot; a row forking from a parent that another row
+continues (beam search) copies the parent's slot; a row of the stream that the
+call does not continue is dropped, and the last slot moves into the gap. A call
+releasing every row of its stream, or a stream left unused for `idle_seconds`
+(its client vanished), is forgotten. The caches live in this one process: the
+config asks for one instance, and a restarted tritonserver has forgotten every
+cache (a call naming one gets an error, which the service answers with a 503).
 """
 
 from __future__ import annotations
@@ -34,33 +37,56 @@ class CacheError(Exception):
     """A call that does not fit the caches held: answered as an error, the caches unchanged."""
 
 
-@dataclass
-class RowCache:
-    cross_kv: np.ndarray
-    """[layers, 2, heads, source, head_dim], shared by every row decoding the same source."""
-    encoder_mask: np.ndarray
-    """[source]"""
+def _grown(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """`array` with `axis` at least `size` long (doubling), zero-filled beyond its old content."""
+    if array.shape[axis] >= size:
+        return array
+    shape = list(array.shape)
+    shape[axis] = max(size, 2 * array.shape[axis])
+    grown = np.zeros(shape, dtype=array.dtype)
+    grown[tuple(slice(0, length) for length in array.shape)] = array
+    return grown
+
+
+@dataclass(eq=False)
+class Stream:
+    """One client's rows: slot i holds row `ids[i]`; onnxruntime reads the first len(ids) slots of each array."""
+
     self_kv: np.ndarray
-    """[layers, 2, heads, capacity, head_dim]: the first `length` positions hold the decoded tokens'."""
-    length: int
+    """[slots, layers, 2, heads, positions, head_dim]; a row's first `lengths` positions hold its tokens'."""
+    self_mask: np.ndarray
+    """[slots, positions]"""
+    lengths: np.ndarray
+    """[slots]"""
+    cross_kv: np.ndarray
+    """[slots, layers, 2, heads, width, head_dim]"""
+    encoder_mask: np.ndarray
+    """[slots, width]"""
+    ids: list[int]
     used: float
 
-    def fork(self) -> RowCache:
-        self_kv = np.empty_like(self.self_kv)
-        self_kv[:, :, :, : self.length] = self.self_kv[:, :, :, : self.length]
-        return RowCache(self.cross_kv, self.encoder_mask, self_kv, self.length, self.used)
+    @classmethod
+    def empty(cls, layers: int, heads: int, head_dim: int, now: float) -> Stream:
+        return cls(
+            np.zeros((8, layers, 2, heads, 16, head_dim), dtype=np.float32),
+            np.zeros((8, 16), dtype=np.int64),
+            np.zeros(8, dtype=np.int64),
+            np.zeros((8, layers, 2, heads, 1, head_dim), dtype=np.float32),
+            np.zeros((8, 1), dtype=np.int64),
+            [],
+            now,
+        )
 
-    def append(self, token_kv: np.ndarray, now: float) -> None:
-        """Add the newest token's keys and values [layers, 2, heads, head_dim], growing by doubling."""
-        if self.length == self.self_kv.shape[3]:
-            shape = list(self.self_kv.shape)
-            shape[3] = 2 * self.length
-            grown = np.empty(shape, dtype=self.self_kv.dtype)
-            grown[:, :, :, : self.length] = self.self_kv
-            self.self_kv = grown
-        self.self_kv[:, :, :, self.length] = token_kv
-        self.length += 1
-        self.used = now
+    def reserve(self, slots: int, positions: int, width: int) -> None:
+        self.self_kv = _grown(_grown(self.self_kv, 0, slots), 4, positions)
+        self.self_mask = _grown(_grown(self.self_mask, 0, slots), 1, positions)
+        self.lengths = _grown(self.lengths, 0, slots)
+        self.cross_kv = _grown(_grown(self.cross_kv, 0, slots), 4, width)
+        self.encoder_mask = _grown(_grown(self.encoder_mask, 0, slots), 1, width)
+
+    def copy_slot(self, source: int, target: int) -> None:
+        for array in (self.self_kv, self.self_mask, self.lengths, self.cross_kv, self.encoder_mask):
+            array[target] = array[source]
 
 
 class TritonPythonModel:
@@ -81,8 +107,11 @@ class TritonPythonModel:
             str(folder / parameters["cross_attention_file"]), options, providers=providers
         )
         self.step = onnxruntime.InferenceSession(str(folder / parameters["step_file"]), options, providers=providers)
+        _, self.layers, _, self.heads, _, self.head_dim = next(
+            tensor.shape for tensor in self.step.get_inputs() if tensor.name == "self_kv"
+        )
         self.idle_seconds = float(parameters["idle_seconds"])
-        self.rows: dict[int, RowCache] = {}
+        self.stream_of: dict[int, Stream] = {}
 
     def execute(self, requests: list) -> list:
         responses = []
@@ -112,27 +141,86 @@ class TritonPythonModel:
         starting = parent_ids < 0
         parents = parent_ids[~starting].tolist()
         self._check(row_ids, tokens, starting, parents, encoder_hidden_states, encoder_mask)
+        continued = {self.stream_of[parent] for parent in parents}
+        if len(continued) > 1:
+            raise CacheError("parent_ids name rows of different clients' calls: each client decodes in calls of its own")
+        stream = continued.pop() if continued else None
+        # A call ends the other streams it releases rows of: a client whose decodings all finished or started anew.
+        for ended in {self.stream_of[row] for row in released_ids.tolist() if row in self.stream_of} - {stream}:
+            self._forget(ended)
+        if not len(row_ids):
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
         now = time.monotonic()
-        released = set(released_ids.tolist())
-        sources = iter(self._start(encoder_hidden_states, encoder_mask, now))
-        children_left = Counter(parents)
-        caches = []
+        if stream is None:
+            stream = Stream.empty(self.layers, self.heads, self.head_dim, now)
+        slots = self._place(stream, parent_ids, encoder_hidden_states, encoder_mask)
+        for row in stream.ids:
+            del self.stream_of[row]
+        stream.ids = [0] * len(slots)
+        for row, slot in zip(row_ids.tolist(), slots):
+            stream.ids[slot] = row
+            self.stream_of[row] = stream
+        stream.used = now
+        return self._run(stream, tokens, slots)
+
+    def _place(
+        self, stream: Stream, parent_ids: np.ndarray, encoder_hidden_states: np.ndarray, encoder_mask: np.ndarray
+    ) -> list[int]:
+        """Give every row of the call a slot among the stream's first len(parent_ids): its parent's, a copy of it
+        (a fork), or a fresh one for a starting row; returns each row's slot."""
+        slot_of = {row: slot for slot, row in enumerate(stream.ids)}
+        children_left = Counter(parent_ids[parent_ids >= 0].tolist())
+        slots, forks, starts = [], [], []
+        free = len(stream.ids)
         for parent in parent_ids.tolist():
-            if parent < 0:
-                caches.append(next(sources))
+            if parent >= 0:
+                children_left[parent] -= 1
+            if parent >= 0 and not children_left[parent]:
+                slots.append(slot_of[parent])  # the last row to extend a parent takes its slot
                 continue
-            children_left[parent] -= 1
-            cache = self.rows[parent]
-            caches.append(cache if parent in released and not children_left[parent] else cache.fork())
-        logits = np.zeros((0, self.vocab_size), dtype=np.float32)
-        if caches:
-            logits, token_kv = self._run(tokens, caches)
-            for cache, row_kv in zip(caches, token_kv):
-                cache.append(row_kv[:, :, :, 0], now)
-        for row_id in released:
-            self.rows.pop(row_id, None)
-        self.rows.update(zip(row_ids.tolist(), caches))
-        return logits
+            slots.append(free)
+            (forks if parent >= 0 else starts).append((slot_of.get(parent, -1), free))
+            free += 1
+        widths = [int(np.flatnonzero(mask)[-1]) + 1 for mask in encoder_mask]
+        positions = 1 + max([0] + [int(stream.lengths[slot]) for slot in slots if slot < len(stream.ids)])
+        stream.reserve(free, positions, max([1, *widths]))
+        for parent_slot, slot in forks:
+            stream.copy_slot(parent_slot, slot)
+        if starts:
+            (cross_kv,) = self.cross_attention.run(["cross_kv"], {"encoder_hidden_states": encoder_hidden_states})
+            for (_, slot), row_kv, mask, width in zip(starts, cross_kv, encoder_mask, widths):
+                stream.cross_kv[slot] = 0
+                stream.cross_kv[slot, :, :, :, :width] = row_kv[:, :, :, :width]
+                stream.encoder_mask[slot] = 0
+                stream.encoder_mask[slot, :width] = mask[:width]
+                stream.self_mask[slot], stream.lengths[slot] = 0, 0
+        # Rows past the first len(slots) move into the slots of the rows the call dropped.
+        rows = len(slots)
+        holes = sorted(set(range(rows)) - set(slots))
+        moved = dict(zip(sorted(slot for slot in slots if slot >= rows), holes))
+        for source, target in moved.items():
+            stream.copy_slot(source, target)
+        return [moved.get(slot, slot) for slot in slots]
+
+    def _run(self, stream: Stream, tokens: np.ndarray, slots: list[int]) -> np.ndarray:
+        """One step over the stream's first len(slots) slots, read in place; each row's logits in call order."""
+        rows = len(slots)
+        positions = stream.lengths[:rows].copy()
+        in_slot_order = np.empty(rows, dtype=np.int64)
+        in_slot_order[slots] = tokens
+        feeds = {
+            "token": in_slot_order,
+            "position": positions,
+            "self_kv": stream.self_kv[:rows],
+            "self_mask": stream.self_mask[:rows],
+            "cross_kv": stream.cross_kv[:rows],
+            "encoder_mask": stream.encoder_mask[:rows],
+        }
+        logits, token_kv = self.step.run(["logits", "token_kv"], feeds)
+        stream.self_kv[np.arange(rows), :, :, :, positions] = token_kv[:, :, :, :, 0]
+        stream.self_mask[np.arange(rows), positions] = 1
+        stream.lengths[:rows] += 1
+        return logits[slots]
 
     def _check(
         self,
@@ -145,8 +233,8 @@ class TritonPythonModel:
     ) -> None:
         if not len(row_ids) == len(tokens) == len(starting):
             raise CacheError(f"row_ids, parent_ids and tokens differ in length: {len(row_ids)}, {len(starting)}, {len(tokens)}")
-        if len(set(row_ids.tolist())) < len(row_ids) or self.rows.keys() & set(row_ids.tolist()):
-            raise CacheError("row_ids must be new and distinct: every step names each row anew")
+        if len(set(row_ids.tolist())) < len(row_ids) or self.stream_of.keys() & set(row_ids.tolist()):
+            raise CacheError("row_ids must be new and distinct: every call names each row anew")
         if not int(starting.sum()) == len(encoder_hidden_states) == len(encoder_mask):
             raise CacheError(
                 f"{int(starting.sum())} rows start (parent -1) but encoder_hidden_states has "
@@ -154,52 +242,18 @@ class TritonPythonModel:
             )
         if encoder_mask.shape != encoder_hidden_states.shape[:2] or not encoder_mask.any(axis=1).all():
             raise CacheError("every encoder_mask row needs a 1 and the width of its encoder_hidden_states")
-        unknown = sorted(set(parents) - self.rows.keys())
+        unknown = sorted(set(parents) - self.stream_of.keys())
         if unknown:
             raise CacheError(
                 f"no cache for parent ids {unknown[:4]}: released, unused for {self.idle_seconds:.0f} s, "
                 f"or tritonserver restarted"
             )
 
-    def _start(self, encoder_hidden_states: np.ndarray, encoder_mask: np.ndarray, now: float) -> list[RowCache]:
-        """A cache per starting row: its source's cross-attention keys and values, cut to the mask's last 1."""
-        if not len(encoder_hidden_states):
-            return []
-        (cross_kv,) = self.cross_attention.run(["cross_kv"], {"encoder_hidden_states": encoder_hidden_states})
-        caches = []
-        for row_kv, mask in zip(cross_kv, encoder_mask):
-            width = int(np.flatnonzero(mask)[-1]) + 1
-            layers, _, heads, _, head_dim = row_kv.shape
-            empty = np.empty((layers, 2, heads, 8, head_dim), dtype=row_kv.dtype)
-            caches.append(RowCache(row_kv[:, :, :, :width].copy(), mask[:width].copy(), empty, 0, now))
-        return caches
-
-    def _run(self, tokens: np.ndarray, caches: list[RowCache]) -> tuple[np.ndarray, np.ndarray]:
-        """One step of the ONNX graph for every row, caches right-padded to the longest."""
-        past = max(cache.length for cache in caches)
-        width = max(len(cache.encoder_mask) for cache in caches)
-        layers, _, heads, _, head_dim = caches[0].cross_kv.shape
-        self_kv = np.zeros((len(caches), layers, 2, heads, past, head_dim), dtype=np.float32)
-        self_mask = np.zeros((len(caches), past), dtype=np.int64)
-        cross_kv = np.zeros((len(caches), layers, 2, heads, width, head_dim), dtype=np.float32)
-        encoder_mask = np.zeros((len(caches), width), dtype=np.int64)
-        for row, cache in enumerate(caches):
-            self_kv[row, :, :, :, : cache.length] = cache.self_kv[:, :, :, : cache.length]
-            self_mask[row, : cache.length] = 1
-            cross_kv[row, :, :, :, : len(cache.encoder_mask)] = cache.cross_kv
-            encoder_mask[row, : len(cache.encoder_mask)] = cache.encoder_mask
-        feeds = {
-            "token": tokens,
-            "position": np.array([cache.length for cache in caches], dtype=np.int64),
-            "self_kv": self_kv,
-            "self_mask": self_mask,
-            "cross_kv": cross_kv,
-            "encoder_mask": encoder_mask,
-        }
-        logits, token_kv = self.step.run(["logits", "token_kv"], feeds)
-        return logits, token_kv
+    def _forget(self, stream: Stream) -> None:
+        for row in stream.ids:
+            del self.stream_of[row]
+        stream.ids = []
 
     def _forget_idle(self, now: float) -> None:
-        idle = [row_id for row_id, cache in self.rows.items() if now - cache.used > self.idle_seconds]
-        for row_id in idle:
-            del self.rows[row_id]
+        for stream in {stream for stream in self.stream_of.values() if now - stream.used > self.idle_seconds}:
+            self._forget(stream)
