@@ -69,6 +69,9 @@ class TensorSpec:
     data_type: str
     dims: tuple[int | str, ...]
     doc: str
+    per_layer: bool = False
+    """One tensor per decoder layer, `<name>_<layer>` (ONNX graphs only): onnxruntime reads each where it lies,
+    where slicing one tensor of every layer copied all of it at every step."""
 
 
 class Precision(str, enum.Enum):
@@ -132,6 +135,14 @@ class OnnxGraph:
     def file(self) -> str:
         return f"{self.name}.onnx"
 
+    def spec(self, tensor: str) -> TensorSpec:
+        """The spec of an ONNX tensor name, `<name>_<layer>` for a per-layer one."""
+        for spec in self.inputs + self.outputs:
+            stem, _, layer = tensor.rpartition("_")
+            if tensor == spec.name or (spec.per_layer and stem == spec.name and layer.isdigit()):
+                return spec
+        raise KeyError(tensor)
+
 
 @dataclass(frozen=True)
 class GraphSpec:
@@ -172,6 +183,8 @@ ENCODER = GraphSpec(
 )
 KEY_VALUES = ("decoder_layers", 2, "decoder_heads", -1, "head_dim")
 """Per row: for every decoder layer, keys and values of every head at each position."""
+LAYER_KEYS = ("decoder_heads", -1, "head_dim")
+"""Per row: one layer's keys (or values) of every head at each position."""
 DECODER = GraphSpec(
     GraphRole.DECODER,
     inputs=(
@@ -196,10 +209,12 @@ DECODER = GraphSpec(
             inputs=(
                 TensorSpec("token", "TYPE_INT64", (), "the newest token"),
                 TensorSpec("position", "TYPE_INT64", (), "its position: the number of tokens before it"),
-                TensorSpec("self_kv", "TYPE_FP32", KEY_VALUES, "the tokens before it (right-padded)"),
                 TensorSpec("self_mask", "TYPE_INT64", (-1,), "1 for the tokens before it, 0 for padding"),
-                TensorSpec("cross_kv", "TYPE_FP32", KEY_VALUES, "cross_attention's output (right-padded)"),
                 TensorSpec("encoder_mask", "TYPE_INT64", (-1,), "the source's attention_mask"),
+                TensorSpec("self_keys", "TYPE_FP32", LAYER_KEYS, "the tokens before it (right-padded)", per_layer=True),
+                TensorSpec("self_values", "TYPE_FP32", LAYER_KEYS, "the tokens before it", per_layer=True),
+                TensorSpec("cross_keys", "TYPE_FP32", LAYER_KEYS, "cross_attention's (right-padded)", per_layer=True),
+                TensorSpec("cross_values", "TYPE_FP32", LAYER_KEYS, "cross_attention's", per_layer=True),
             ),
             outputs=(
                 TensorSpec("logits", "TYPE_FP32", ("vocab_size",), "unnormalised scores of the next token"),

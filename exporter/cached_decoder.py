@@ -56,11 +56,14 @@ class CrossKeyValues(torch.nn.Module):
 
 
 class CachedDecoderStep(torch.nn.Module):
-    """(token [batch], position [batch], self_kv, self_mask, cross_kv, encoder_mask) -> (logits, token_kv).
+    """(token [batch], position [batch], self_mask, encoder_mask, *layer caches) -> (logits, token_kv).
 
-    `self_kv` [batch, layers, 2, heads, past, head_dim] holds the keys and values
-    of the tokens decoded before (right-padded, `self_mask` [batch, past] marks
-    them); `token_kv` [batch, layers, 2, heads, 1, head_dim] are the new token's.
+    The caches are, in this order, every layer's self-attention keys, then
+    values, each [batch, heads, past, head_dim] for the tokens decoded before
+    (right-padded, `self_mask` [batch, past] marks them), then every layer's
+    cross-attention keys and values [batch, heads, source, head_dim]: one input
+    per layer, so that onnxruntime reads each in place. `token_kv` [batch,
+    layers, 2, heads, 1, head_dim] are the new token's keys and values.
     """
 
     def __init__(self, seq2seq: torch.nn.Module) -> None:
@@ -69,14 +72,11 @@ class CachedDecoderStep(torch.nn.Module):
         self.decoder = seq2seq.model.decoder
 
     def forward(
-        self,
-        token: torch.Tensor,
-        position: torch.Tensor,
-        self_kv: torch.Tensor,
-        self_mask: torch.Tensor,
-        cross_kv: torch.Tensor,
-        encoder_mask: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, token: torch.Tensor, position: torch.Tensor, self_mask: torch.Tensor, encoder_mask: torch.Tensor,
+        *caches: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        layers = len(self.decoder.layers)
+        self_keys, self_values, cross_keys, cross_values = (caches[i * layers : (i + 1) * layers] for i in range(4))
         decoder = self.decoder
         table = decoder.embed_positions
         positions = torch.nn.functional.embedding(position + table.offset, table.weight)
@@ -92,16 +92,15 @@ class CachedDecoderStep(torch.nn.Module):
             values = _heads(attention.v_proj(normed), attention.num_heads)
             token_kv.append(torch.stack((keys, values), dim=1))
             # The past and the token itself apart: the cache is only read, never concatenated (copied) with the token.
-            past_keys, past_values = self_kv[:, index, 0], self_kv[:, index, 1]
-            scores = torch.cat((query @ past_keys.transpose(-1, -2) + past_bias, (query * keys).sum(-1, keepdim=True)), -1)
-            weights = torch.softmax(scores, dim=-1)
-            attended = weights[..., :-1] @ past_values + weights[..., -1:] * values
+            past = query @ self_keys[index].transpose(-1, -2) + past_bias
+            weights = torch.softmax(torch.cat((past, (query * keys).sum(-1, keepdim=True)), -1), dim=-1)
+            attended = weights[..., :-1] @ self_values[index] + weights[..., -1:] * values
             hidden = hidden + attention.out_proj(attended.transpose(1, 2).reshape(query.shape[0], 1, -1))
 
             attention = layer.encoder_attn
             normed = layer.encoder_attn_layer_norm(hidden)
             query = _heads(attention.q_proj(normed), attention.num_heads) * attention.scaling
-            attended = _attend(query, cross_kv[:, index, 0], cross_kv[:, index, 1], cross_bias)
+            attended = _attend(query, cross_keys[index], cross_values[index], cross_bias)
             hidden = hidden + attention.out_proj(attended)
 
             normed = layer.final_layer_norm(hidden)

@@ -51,15 +51,26 @@ def decoder_step_inputs(
     rows, (layers, _, heads, _, head_dim) = len(lengths), cross_kv.shape[1:]
     counts = np.full(rows, decoded, dtype=np.int64)
     counts[1::2] = rng.integers(decoded + 1, size=len(counts[1::2]))
+    self_kv = rng.standard_normal((rows, layers, 2, heads, decoded, head_dim)).astype(np.float32)
     feeds = {
         "token": rng.choice(tokenizer.content_ids, size=rows).astype(np.int64),
         "position": counts,
-        "self_kv": rng.standard_normal((rows, layers, 2, heads, decoded, head_dim)).astype(np.float32),
         "self_mask": (np.arange(decoded) < counts[:, None]).astype(np.int64),
-        "cross_kv": cross_kv,
         "encoder_mask": encoder_mask,
+        **layer_caches(self_kv, cross_kv),
     }
     return GraphInputs(feeds, {})
+
+
+def layer_caches(self_kv: np.ndarray, cross_kv: np.ndarray) -> dict[str, np.ndarray]:
+    """The decoder step's per-layer cache inputs, in its order, from [batch, layers, 2, heads, positions, head_dim]."""
+    layers = range(self_kv.shape[1])
+    return {
+        **{f"self_keys_{layer}": np.ascontiguousarray(self_kv[:, layer, 0]) for layer in layers},
+        **{f"self_values_{layer}": np.ascontiguousarray(self_kv[:, layer, 1]) for layer in layers},
+        **{f"cross_keys_{layer}": np.ascontiguousarray(cross_kv[:, layer, 0]) for layer in layers},
+        **{f"cross_values_{layer}": np.ascontiguousarray(cross_kv[:, layer, 1]) for layer in layers},
+    }
 
 
 def _encoded(

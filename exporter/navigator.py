@@ -20,7 +20,7 @@ import torch
 
 from exporter.errors import ExportError, OptimizerUnavailable
 from exporter.graph_inputs import GraphInputs
-from exporter.onnx_export import ONNX_OPSET, dynamic_axes
+from exporter.onnx_export import ONNX_OPSET, dynamic_axes, input_names
 from model_catalog import OnnxGraph, Target
 
 MISSING = (
@@ -60,16 +60,17 @@ def optimize_with_navigator(
     import model_navigator as nav
     from model_navigator.exceptions import ModelNavigatorError
 
+    inputs, outputs = input_names(graph, samples[0]), [spec.name for spec in graph.outputs]
     package = nav.torch.optimize(
         module,
-        dataloader=[tuple(torch.from_numpy(sample.feeds[spec.name]) for spec in graph.inputs) for sample in samples],
+        dataloader=[tuple(torch.from_numpy(sample.feeds[name]) for name in inputs) for sample in samples],
         sample_count=len(samples),
-        input_names=tuple(spec.name for spec in graph.inputs),
-        output_names=tuple(spec.name for spec in graph.outputs),
+        input_names=tuple(inputs),
+        output_names=tuple(outputs),
         target_formats=(nav.Format.ONNX,),
         target_device=nav.DeviceKind.CPU if target is Target.CPU else nav.DeviceKind.CUDA,
         workspace=workspace,
-        custom_configs=[nav.OnnxConfig(opset=ONNX_OPSET, dynamic_axes=dynamic_axes(graph))],
+        custom_configs=[nav.OnnxConfig(opset=ONNX_OPSET, dynamic_axes=dynamic_axes(graph, inputs + outputs))],
         optimization_profile=nav.OptimizationProfile(max_batch_size=max_batch_size),
     )
     try:

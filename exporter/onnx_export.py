@@ -23,11 +23,16 @@ def external_data_path(path: Path) -> Path:
     return path.with_name(path.name + EXTERNAL_DATA_SUFFIX)
 
 
-def dynamic_axes(graph: OnnxGraph) -> dict[str, dict[int, str]]:
-    """The batch axis and every -1 dimension of each tensor, named for the ONNX graph."""
+def input_names(graph: OnnxGraph, sample: GraphInputs) -> list[str]:
+    """The graph's inputs in order, a per-layer one once per layer of the sample."""
+    return [name for spec in graph.inputs for name in sample.feeds if graph.spec(name) is spec]
+
+
+def dynamic_axes(graph: OnnxGraph, names: list[str]) -> dict[str, dict[int, str]]:
+    """The batch axis and every -1 dimension of each tensor `names` lists, named for the ONNX graph."""
     return {
-        spec.name: {0: "batch", **{axis + 1: f"{spec.name}_{axis}" for axis, dim in enumerate(spec.dims) if dim == -1}}
-        for spec in graph.inputs + graph.outputs
+        name: {0: "batch", **{axis + 1: f"{name}_{axis}" for axis, dim in enumerate(graph.spec(name).dims) if dim == -1}}
+        for name in names
     }
 
 
@@ -69,13 +74,14 @@ def _trace(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path:
     # other batch sizes and lengths than the trace, is what proves the graph general.
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        inputs, outputs = input_names(graph, sample), [spec.name for spec in graph.outputs]
         torch.onnx.export(
             module,
-            tuple(torch.from_numpy(sample.feeds[spec.name]) for spec in graph.inputs),
+            tuple(torch.from_numpy(sample.feeds[name]) for name in inputs),
             str(path),
-            input_names=[spec.name for spec in graph.inputs],
-            output_names=[spec.name for spec in graph.outputs],
-            dynamic_axes=dynamic_axes(graph),
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=dynamic_axes(graph, inputs + outputs),
             opset_version=ONNX_OPSET,
             dynamo=False,
         )

@@ -79,8 +79,8 @@ def check_parity(
     outputs = [spec.name for spec in graph.outputs]
     for batch in batches:
         exported = session.run(outputs, batch.feeds)
-        with torch.inference_mode():
-            references = module(**{key: torch.from_numpy(array) for key, array in batch.feeds.items()})
+        with torch.inference_mode():  # positionally, in the graph's order: per-layer inputs have no parameter names
+            references = module(*(torch.from_numpy(batch.feeds[tensor.name]) for tensor in session.get_inputs()))
         for output_name, output, reference in zip(outputs, exported, references if len(outputs) > 1 else (references,)):
             where = batch.compared.get(output_name, np.ones(output.shape[:1], dtype=bool))
             difference = np.abs(output[where] - reference.numpy()[where])

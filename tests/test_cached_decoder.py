@@ -12,12 +12,11 @@ from transformers import MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
 from exporter.cached_decoder import CachedDecoder
-from exporter.graph_inputs import GraphInputs
+from exporter.graph_inputs import GraphInputs, layer_caches
 from exporter.onnx_export import export_onnx
 from model_catalog import DECODER
 from reference import CHECKPOINTS
 
-STEP_INPUTS = ("token", "position", "self_kv", "self_mask", "cross_kv", "encoder_mask")
 Source = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -47,6 +46,15 @@ def whole_prefix_logits(
     return output.logits[:, -1].numpy()
 
 
+def step_feeds(
+    token: np.ndarray, position: np.ndarray, self_kv: np.ndarray, self_mask: np.ndarray, cross_kv: np.ndarray,
+    encoder_mask: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The step graph's inputs, in its order, from caches of every layer [rows, layers, 2, heads, positions, dim]."""
+    named = {"token": token, "position": position, "self_mask": self_mask, "encoder_mask": encoder_mask}
+    return named | layer_caches(self_kv, cross_kv)
+
+
 def greedy_with_cache(
     seq2seq: MBartForConditionalGeneration, states: torch.Tensor, mask: torch.Tensor, steps: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[np.ndarray, np.ndarray]]]:
@@ -61,7 +69,9 @@ def greedy_with_cache(
         cross_kv = decoder.cross_attention(states)
         for step in range(steps):
             expected = whole_prefix_logits(seq2seq, ids, states, mask)
-            logits, token_kv = decoder.step(ids[:, -1], torch.full((rows,), step), cache, cache_mask, cross_kv, mask)
+            feeds = step_feeds(ids[:, -1].numpy(), np.full(rows, step), cache.numpy(), cache_mask.numpy(), cross_kv.numpy(),
+                               mask.numpy())  # fmt: skip
+            logits, token_kv = decoder.step(*(torch.from_numpy(array) for array in feeds.values()))
             pairs.append((logits.numpy(), expected))
             cache = torch.cat((cache, token_kv), dim=4)
             cache_mask = torch.cat((cache_mask, torch.ones(rows, 1, dtype=torch.int64)), dim=1)
@@ -87,9 +97,9 @@ def test_exported_graphs_take_ragged_and_empty_caches(
     decoder = CachedDecoder(seq2seq)
     cross_path, step_path = tmp_path / cross_part.file, tmp_path / step_part.file
     export_onnx(decoder.cross_attention, cross_part, GraphInputs({"encoder_hidden_states": states.numpy()}, {}), cross_path)
-    three_decoded = (cache[..., :3, :], torch.ones(3, 3, dtype=torch.int64))
-    sample = (ids[:, -1], torch.full((3,), 3), *three_decoded, cross_kv, mask)
-    export_onnx(decoder.step, step_part, GraphInputs({k: v.numpy() for k, v in zip(STEP_INPUTS, sample)}, {}), step_path)
+    three_decoded = (cache.numpy()[..., :3, :], np.ones((3, 3), dtype=np.int64))
+    sample = step_feeds(ids[:, -1].numpy(), np.full(3, 3), *three_decoded, cross_kv.numpy(), mask.numpy())
+    export_onnx(decoder.step, step_part, GraphInputs(sample, {}), step_path)
     cross_session = onnxruntime.InferenceSession(str(cross_path))
     (exported_cross,) = cross_session.run(None, {"encoder_hidden_states": states.numpy()})
     np.testing.assert_allclose(exported_cross, cross_kv.numpy(), rtol=1e-5, atol=1e-3)
@@ -100,8 +110,8 @@ def test_exported_graphs_take_ragged_and_empty_caches(
     garbage = np.random.default_rng(1).standard_normal(padded_cache.shape).astype(np.float32) * 1e3
     for row, count in enumerate(decoded):
         padded_cache[row, ..., count:, :] = garbage[row, ..., count:, :]  # a shorter row's padding: masked out
-    feeds = [ids.numpy()[np.arange(3), decoded], decoded, padded_cache, padded_mask, exported_cross, mask.numpy()]
-    logits, token_kv = session.run(None, dict(zip(STEP_INPUTS, feeds)))
+    feeds = step_feeds(ids.numpy()[np.arange(3), decoded], decoded, padded_cache, padded_mask, exported_cross, mask.numpy())
+    logits, token_kv = session.run(None, feeds)
     assert token_kv.shape == (3, *cache.shape[1:4], 1, cache.shape[5])
     for row, count in enumerate(decoded):
         prefix = ids[row : row + 1, : count + 1]

@@ -179,7 +179,7 @@ def assert_decoders_agree(loaded: CachedDecoder, original: MBartForConditionalGe
         expected, tensors = reference[GraphRole.DECODER], {name: torch.from_numpy(array) for name, array in step.items()}
         with torch.inference_mode():
             pairs = [(loaded.cross_attention(torch.from_numpy(cross)), expected.cross_attention(torch.from_numpy(cross)))]
-            pairs += zip(loaded.step(**tensors), expected.step(**tensors))
+            pairs += zip(loaded.step(*tensors.values()), expected.step(*tensors.values()))  # in the graph's order
         for got, expected in pairs:
             np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-5)
 

@@ -52,41 +52,27 @@ def _grown(array: np.ndarray, axis: int, size: int) -> np.ndarray:
 class Stream:
     """One client's rows: slot i holds row `ids[i]`; onnxruntime reads the first len(ids) slots of each array."""
 
-    self_kv: np.ndarray
-    """[slots, layers, 2, heads, positions, head_dim]; a row's first `lengths` positions hold its tokens'."""
-    self_mask: np.ndarray
-    """[slots, positions]"""
+    arrays: dict[str, np.ndarray]
+    """The step's inputs but token and position, slot first: per-layer keys and values, self_mask, encoder_mask."""
     lengths: np.ndarray
-    """[slots]"""
-    cross_kv: np.ndarray
-    """[slots, layers, 2, heads, width, head_dim]"""
-    encoder_mask: np.ndarray
-    """[slots, width]"""
+    """[slots] tokens decoded by each row: its cache's filled positions."""
     ids: list[int]
     used: float
 
-    @classmethod
-    def empty(cls, layers: int, heads: int, head_dim: int, now: float) -> Stream:
-        return cls(
-            np.zeros((8, layers, 2, heads, 16, head_dim), dtype=np.float32),
-            np.zeros((8, 16), dtype=np.int64),
-            np.zeros(8, dtype=np.int64),
-            np.zeros((8, layers, 2, heads, 1, head_dim), dtype=np.float32),
-            np.zeros((8, 1), dtype=np.int64),
-            [],
-            now,
-        )
-
     def reserve(self, slots: int, positions: int, width: int) -> None:
-        self.self_kv = _grown(_grown(self.self_kv, 0, slots), 4, positions)
-        self.self_mask = _grown(_grown(self.self_mask, 0, slots), 1, positions)
         self.lengths = _grown(self.lengths, 0, slots)
-        self.cross_kv = _grown(_grown(self.cross_kv, 0, slots), 4, width)
-        self.encoder_mask = _grown(_grown(self.encoder_mask, 0, slots), 1, width)
+        for name, array in self.arrays.items():
+            axis = array.ndim - 2 if array.ndim > 2 else 1  # [slots, heads, positions, head_dim] or [slots, positions]
+            self.arrays[name] = _grown(_grown(array, 0, slots), axis, width if _is_source(name) else positions)
 
     def copy_slot(self, source: int, target: int) -> None:
-        for array in (self.self_kv, self.self_mask, self.lengths, self.cross_kv, self.encoder_mask):
+        for array in (self.lengths, *self.arrays.values()):
             array[target] = array[source]
+
+
+def _is_source(name: str) -> bool:
+    """Whether a step input runs along the source (cross-attention) rather than the decoded tokens."""
+    return name.startswith(("cross_", "encoder_"))
 
 
 class TritonPythonModel:
@@ -107,9 +93,13 @@ class TritonPythonModel:
             str(folder / parameters["cross_attention_file"]), options, providers=providers
         )
         self.step = onnxruntime.InferenceSession(str(folder / parameters["step_file"]), options, providers=providers)
-        _, self.layers, _, self.heads, _, self.head_dim = next(
-            tensor.shape for tensor in self.step.get_inputs() if tensor.name == "self_kv"
-        )
+        self.caches = {
+            tensor.name: ([dim if isinstance(dim, int) else 1 for dim in tensor.shape[1:]], tensor.type)
+            for tensor in self.step.get_inputs()
+            if tensor.name not in ("token", "position")
+        }
+        """Each cached step input's shape past the slot axis (1 where it varies) and onnxruntime's type."""
+        self.layers = sum(name.startswith("self_keys_") for name in self.caches)
         self.idle_seconds = float(parameters["idle_seconds"])
         self.stream_of: dict[int, Stream] = {}
 
@@ -152,7 +142,9 @@ class TritonPythonModel:
             return np.zeros((0, self.vocab_size), dtype=np.float32)
         now = time.monotonic()
         if stream is None:
-            stream = Stream.empty(self.layers, self.heads, self.head_dim, now)
+            dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
+            arrays = {name: np.zeros([1, *shape], dtype=dtypes[kind]) for name, (shape, kind) in self.caches.items()}
+            stream = Stream(arrays, np.zeros(1, dtype=np.int64), [], now)
         slots = self._place(stream, parent_ids, encoder_hidden_states, encoder_mask)
         for row in stream.ids:
             del self.stream_of[row]
@@ -189,11 +181,15 @@ class TritonPythonModel:
         if starts:
             (cross_kv,) = self.cross_attention.run(["cross_kv"], {"encoder_hidden_states": encoder_hidden_states})
             for (_, slot), row_kv, mask, width in zip(starts, cross_kv, encoder_mask, widths):
-                stream.cross_kv[slot] = 0
-                stream.cross_kv[slot, :, :, :, :width] = row_kv[:, :, :, :width]
-                stream.encoder_mask[slot] = 0
-                stream.encoder_mask[slot, :width] = mask[:width]
-                stream.self_mask[slot], stream.lengths[slot] = 0, 0
+                stream.lengths[slot] = 0
+                stream.arrays["self_mask"][slot] = 0
+                stream.arrays["encoder_mask"][slot] = 0
+                stream.arrays["encoder_mask"][slot, :width] = mask[:width]
+                for layer in range(self.layers):
+                    for index, kind in enumerate(("keys", "values")):
+                        cache = stream.arrays[f"cross_{kind}_{layer}"]
+                        cache[slot] = 0
+                        cache[slot, :, :width] = row_kv[layer, index, :, :width]
         # Rows past the first len(slots) move into the slots of the rows the call dropped.
         rows = len(slots)
         holes = sorted(set(range(rows)) - set(slots))
@@ -208,17 +204,13 @@ class TritonPythonModel:
         positions = stream.lengths[:rows].copy()
         in_slot_order = np.empty(rows, dtype=np.int64)
         in_slot_order[slots] = tokens
-        feeds = {
-            "token": in_slot_order,
-            "position": positions,
-            "self_kv": stream.self_kv[:rows],
-            "self_mask": stream.self_mask[:rows],
-            "cross_kv": stream.cross_kv[:rows],
-            "encoder_mask": stream.encoder_mask[:rows],
-        }
-        logits, token_kv = self.step.run(["logits", "token_kv"], feeds)
-        stream.self_kv[np.arange(rows), :, :, :, positions] = token_kv[:, :, :, :, 0]
-        stream.self_mask[np.arange(rows), positions] = 1
+        feeds = {name: array[:rows] for name, array in stream.arrays.items()}
+        logits, token_kv = self.step.run(["logits", "token_kv"], feeds | {"token": in_slot_order, "position": positions})
+        every_row = np.arange(rows)
+        for layer in range(self.layers):
+            for index, kind in enumerate(("keys", "values")):
+                stream.arrays[f"self_{kind}_{layer}"][every_row, :, positions] = token_kv[:, layer, index, :, 0]
+        stream.arrays["self_mask"][every_row, positions] = 1
         stream.lengths[:rows] += 1
         return logits[slots]
 
