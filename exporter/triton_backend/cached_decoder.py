@@ -171,7 +171,10 @@ class TritonPythonModel:
                 slots.append(slot_of[parent])  # the last row to extend a parent takes its slot
                 continue
             slots.append(free)
-            (forks if parent >= 0 else starts).append((slot_of.get(parent, -1), free))
+            if parent >= 0:
+                forks.append((slot_of[parent], free))
+            else:
+                starts.append(free)
             free += 1
         widths = [int(np.flatnonzero(mask)[-1]) + 1 for mask in encoder_mask]
         positions = 1 + max([0] + [int(stream.lengths[slot]) for slot in slots if slot < len(stream.ids)])
@@ -180,7 +183,7 @@ class TritonPythonModel:
             stream.copy_slot(parent_slot, slot)
         if starts:
             (cross_kv,) = self.cross_attention.run(["cross_kv"], {"encoder_hidden_states": encoder_hidden_states})
-            for (_, slot), row_kv, mask, width in zip(starts, cross_kv, encoder_mask, widths):
+            for slot, row_kv, mask, width in zip(starts, cross_kv, encoder_mask, widths):
                 stream.lengths[slot] = 0
                 stream.arrays["self_mask"][slot] = 0
                 stream.arrays["encoder_mask"][slot] = 0
