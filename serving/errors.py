@@ -33,6 +33,10 @@ class MalformedBody(ServiceError):
     """The body is not JSON, or not sent as JSON."""
 
 
+class PayloadTooLarge(ServiceError):
+    """The body is over the configured size limit; it is not read past it."""
+
+
 class UnsupportedMediaType(ServiceError):
     """The request declares a content type other than JSON."""
 
@@ -55,6 +59,7 @@ class ModelUnavailable(ServiceError):
 
 HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     MalformedBody: HTTPStatus.BAD_REQUEST,
+    PayloadTooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
     UnsupportedMediaType: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
     InvalidRequest: HTTPStatus.UNPROCESSABLE_ENTITY,
     UnknownModel: HTTPStatus.UNPROCESSABLE_ENTITY,
@@ -64,6 +69,7 @@ HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
 
 ERROR_TYPES: dict[type[ServiceError], str] = {
     MalformedBody: "malformed_body",
+    PayloadTooLarge: "payload_too_large",
     UnsupportedMediaType: "unsupported_media_type",
     InvalidRequest: "invalid_request",
     UnknownModel: "unknown_model",

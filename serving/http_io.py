@@ -23,11 +23,13 @@ from serving.errors import (
     FieldProblem,
     InvalidRequest,
     MalformedBody,
+    PayloadTooLarge,
     ServiceError,
     UnsupportedMediaType,
     error_body,
     http_status,
 )
+from serving.settings import current_settings
 
 RequestT = TypeVar("RequestT")
 Handler = Callable[[RequestT], Awaitable[Any]]
@@ -54,14 +56,34 @@ def _media_type_error(request: Request) -> ServiceError | None:
     return None
 
 
+async def _body(request: Request) -> bytes | ServiceError:
+    """The body, or a 413 as soon as it is known to be over the limit: from Content-Length, or while reading a
+    chunked one; nothing past the limit is read into memory."""
+    limit = current_settings().max_request_bytes
+    too_large = PayloadTooLarge.at("body", f"is over the limit of {limit:,} bytes (BIONEMO_MAX_REQUEST_BYTES)")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class ValidatedJSON(bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
     async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
         if error := _media_type_error(request):
             return error
+        body = await _body(request)
+        if isinstance(body, ServiceError):
+            return body
         try:
-            return self._pydantic_model.model_validate_json(await request.body())
+            return self._pydantic_model.model_validate_json(body)
         except ValidationError as error:
             return _validation_error(error)
 
@@ -72,8 +94,11 @@ class ValidatedNdarray(bentoml.io.NumpyNdarray):
     async def from_http_request(self, request: Request) -> np.ndarray | ServiceError:
         if error := _media_type_error(request):
             return error
+        body = await _body(request)
+        if isinstance(body, ServiceError):
+            return body
         try:
-            values = json.loads(await request.body())
+            values = json.loads(body)
         except ValueError as error:
             return MalformedBody.at("body", f"not valid JSON: {error}")
         try:

@@ -97,8 +97,12 @@ TRITON_OPTIONS = Setting(
     TRITON_OPTIONS_VARIABLE, "", "more tritonserver options: KEY=VALUE items separated by spaces, as --triton-options takes them"
 )
 MAX_SEQUENCES = Setting("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "64", "most sequences or SMILES in one request")
+MAX_BODY = Setting(
+    "BIONEMO_MAX_REQUEST_BYTES", "33554432", "largest request body in bytes (32 MiB); a larger one is a 413, unread"
+)
 ALL_SETTINGS = (
-    HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES
+    HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
+    MAX_BODY,
 )  # fmt: skip
 
 
@@ -114,6 +118,7 @@ class Settings:
     triton_log_verbose: int
     triton_options: tuple[TritonOption, ...]
     max_sequences_per_request: int
+    max_request_bytes: int
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
@@ -137,6 +142,7 @@ class Settings:
             triton_log_verbose=read(TRITON_LOG_VERBOSE, lambda raw: _integer(raw, 0), "an integer >= 0"),
             triton_options=read(TRITON_OPTIONS, parse_environment, "KEY=VALUE items"),
             max_sequences_per_request=read(MAX_SEQUENCES, lambda raw: _integer(raw, 1), "a positive integer"),
+            max_request_bytes=read(MAX_BODY, lambda raw: _integer(raw, 1), "a positive integer"),
         )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if settings.models is not None and chosen_by_options:

@@ -70,3 +70,17 @@ def test_wrong_content_type_is_415(service: RunningService, path: str) -> None:
     response = requests.post(f"{service.url}{path}", data={"sequences": "MKT"}, timeout=60)
     assert response.status_code == 415
     assert response.json()["error"]["details"][0]["field"] == "content-type"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_the_size_limit_is_413_and_the_server_stays_healthy(service: RunningService, chunked: bool) -> None:
+    """Over BIONEMO_MAX_REQUEST_BYTES (32 MiB by default): refused whether the client declares its length or not."""
+    body = json.dumps({"sequences": ["M" * (33 * 2**20)]}).encode()
+    data = (body[start : start + 2**20] for start in range(0, len(body), 2**20)) if chunked else body
+    response = requests.post(f"{service.url}/embed", data=data, headers={"content-type": "application/json"}, timeout=120)
+    assert response.status_code == 413, response.text[:500]
+    error = response.json()["error"]
+    assert error["type"] == "payload_too_large" and error["details"][0]["field"] == "body"
+    assert "33,554,432 bytes" in error["message"]
+    healthy = requests.post(f"{service.url}/embed", json={"sequences": ["MKT"]}, timeout=60)
+    assert healthy.status_code == 200, healthy.text
