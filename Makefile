@@ -27,7 +27,7 @@ $(INSTALLED): pyproject.toml requirements/navigator-cpu.txt
 	$(BIN)/pip install --quiet --no-deps -r requirements/navigator-cpu.txt
 	touch $@
 
-$(TRITON_READY): $(INSTALLED)
+$(TRITON_READY): $(INSTALLED) $(wildcard tritonserver_setup/*.py)
 	$(BIN)/python -m tritonserver_setup --check-timeout 120
 	touch $@
 

@@ -61,7 +61,20 @@ def _pytriton_wrapper(target: Path) -> str:
 # The stub embeds libpython and finds this environment's packages through the python3 first on PATH.
 export PATH="{target.parent}:$PATH"
 export LD_LIBRARY_PATH="{':'.join(library_dirs)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
-exec "{bundle / 'bin' / 'tritonserver'}" --backend-directory="{backends}" --cache-directory="{bundle / 'caches'}" "$@"
+# tritonserver runs in a process group of its own (job control), so that the python backend stubs it starts end
+# with it however it ends: the stubs of a killed server otherwise live on, each holding its model's memory.
+set -m
+"{bundle / 'bin' / 'tritonserver'}" --backend-directory="{backends}" --cache-directory="{bundle / 'caches'}" "$@" &
+server=$!
+trap 'kill -TERM "$server" 2>/dev/null' TERM INT
+wait "$server"
+status=$?
+while kill -0 "$server" 2>/dev/null; do  # a trapped signal ended the wait, not the server
+    wait "$server"
+    status=$?
+done
+kill -KILL -- "-$server" 2>/dev/null
+exit "$status"
 """
 
 

@@ -1,0 +1,97 @@
+"""Faults: the real tritonserver killed while requests are in flight, on a service of its own."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from conftest import DEFAULT_REPOSITORY, ROOT, RunningService, start_service, stop_service
+
+PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL" * 6
+RECOVERY_TIMEOUT_S = 120
+HANG_LIMIT_S = 20
+"""No request may wait longer than this for its answer, Triton gone or not."""
+
+
+@pytest.fixture
+def own_service() -> Iterator[RunningService]:
+    running = start_service(
+        [sys.executable, "-m", "serving.launch", "service:svc"],
+        ROOT,
+        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), "BIONEMO_MODELS": "esm2nv,megamolbart"},
+    )
+    yield running
+    stop_service(running)
+
+
+def tritonserver(service: RunningService) -> psutil.Process:
+    (process,) = [
+        child
+        for child in psutil.Process(service.process.pid).children(recursive=True)
+        if Path(child.cmdline()[0]).name == "tritonserver"
+    ]
+    return process
+
+
+class Load:
+    """Clients sending /embed and /generate back to back, recording every answer's status and how long it took."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.stopping, self.outcomes = url, threading.Event(), []
+        bodies = [("/embed", {"sequences": [PROTEIN] * 4}), ("/generate", {"smiles": ["CCO"], "num_samples": 2})]
+        self.threads = [threading.Thread(target=self._send, args=body) for body in bodies * 2]
+
+    def _send(self, path: str, body: dict[str, object]) -> None:
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                status = requests.post(f"{self.url}{path}", json=body, timeout=HANG_LIMIT_S * 3).status_code
+            except requests.RequestException as error:
+                status = type(error).__name__
+            self.outcomes.append((path, status, started, time.monotonic() - started))
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_service: RunningService) -> None:
+    url = own_service.url
+    with Load(url) as load:
+        time.sleep(3)  # requests of every kind in flight
+        killed_at = time.monotonic()
+        server = tritonserver(own_service)
+        stubs = server.children()  # the python backend's, one per model instance
+        server.send_signal(signal.SIGKILL)
+        readiness = []
+        while time.monotonic() - killed_at < RECOVERY_TIMEOUT_S:
+            readiness.append(requests.get(f"{url}/readyz", timeout=30).status_code)
+            if readiness[-1] == 200 and 503 in readiness:
+                break
+            time.sleep(0.2)
+        recovered_at = time.monotonic()
+        time.sleep(3)  # and serving again, under the same load
+    assert 503 in readiness and readiness[-1] == 200, readiness
+    assert stubs and not [stub.pid for stub in stubs if stub.is_running()]  # ended with their server
+    statuses = {status for _, status, _, _ in load.outcomes}
+    assert statuses <= {200, 503}, load.outcomes  # never a 500, never a dropped connection
+    failed = [(path, started - killed_at) for path, status, started, _ in load.outcomes if status == 503]
+    assert failed, "no request was in flight or sent while Triton was away"
+    assert max(seconds for _, _, _, seconds in load.outcomes) < HANG_LIMIT_S  # nothing hung
+    for path in ("/embed", "/generate"):
+        after = [status for p, status, started, _ in load.outcomes if p == path and started > recovered_at]
+        assert after and set(after) == {200}, (path, after)
