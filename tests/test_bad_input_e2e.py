@@ -27,6 +27,9 @@ BAD_INPUTS = [
     pytest.param({"sequences": ["MKT"] * 65}, 422, "sequences", "at most 64 items", id="too-many"),
     pytest.param({"sequences": ["MKT"], "model": "esm9"}, 422, "model", "'esm9' is not served", id="unknown-model"),
     pytest.param({"sequences": ["MKT"], "model": 3}, 422, "model", "valid string", id="model-not-string"),
+    # Names and versions are looked up among the models Triton serves, never joined into a path.
+    pytest.param({"sequences": ["MKT"], "model": "../esm2nv"}, 422, "model", "is not served", id="model-path"),
+    pytest.param({"sequences": ["MKT"], "model_version": "../1"}, 422, "model_version", "valid integer", id="version-path"),
     pytest.param({"sequences": ["MKT"], "colour": "red"}, 422, "colour", "Extra inputs", id="unknown-field"),
     pytest.param([["MKT"]], 422, "body", "should be an object", id="list-body"),
 ]

@@ -95,3 +95,23 @@ def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_servi
     for path in ("/embed", "/generate"):
         after = [status for p, status, started, _ in load.outcomes if p == path and started > recovered_at]
         assert after and set(after) == {200}, (path, after)
+
+
+def test_sigterm_drains_the_requests_in_flight_before_exit(own_service: RunningService) -> None:
+    """Requests of several seconds each (many decode steps through Triton) still get their answers after SIGTERM."""
+    body = {"smiles": ["CCO", "c1ccccc1"], "num_samples": 10, "max_length": 400, "scaled_radius": 100.0}
+    answers: list[int] = []
+
+    def generate() -> None:
+        answers.append(requests.post(f"{own_service.url}/generate", json=body, timeout=120).status_code)
+
+    clients = [threading.Thread(target=generate) for _ in range(6)]
+    for client in clients:
+        client.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    own_service.process.send_signal(signal.SIGTERM)
+    for client in clients:
+        client.join()
+    assert own_service.process.wait(timeout=60) == 0
+    assert answers == [200] * 6 and time.monotonic() - started > 1  # they were in flight, and they were answered
