@@ -10,9 +10,10 @@ from __future__ import annotations
 import bentoml
 import numpy as np
 
+from serving.admission import Admission
 from serving.encoding import EncoderEngine
 from serving.generation import MoleculeGenerator
-from serving.http_io import JSONOutput, NdarrayOutput, NoInput, ValidatedJSON, ValidatedNdarray, endpoint
+from serving.http_io import Endpoints, JSONOutput, NdarrayOutput, NoInput, ValidatedJSON, ValidatedNdarray
 from serving.payloads import encode_arrays
 from serving.protocol import (
     DecodeRequest,
@@ -38,11 +39,12 @@ triton = bentoml.triton.Runner(
 # The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
+endpoint = Endpoints(svc, Admission(settings.max_in_flight, settings.request_timeout_s))
 engine = EncoderEngine(triton)
 generator = MoleculeGenerator(engine)
 
 
-@endpoint(svc, "/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
+@endpoint("/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
 async def embed(request: EmbedRequest) -> EmbedResponse:
     """One embedding per sequence: by default the mean of the final hidden states over the residues."""
     model, vectors = await engine.embed(request)
@@ -57,7 +59,6 @@ async def embed(request: EmbedRequest) -> EmbedResponse:
 
 
 @endpoint(
-    svc,
     "/embed/ndarray",
     ValidatedJSON(pydantic_model=EmbedRequest),
     NdarrayOutput(dtype=np.float32, shape=(-1, -1)),
@@ -68,20 +69,19 @@ async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
     return vectors
 
 
-@endpoint(svc, "/hidden", ValidatedJSON(pydantic_model=HiddenRequest), JSONOutput(pydantic_model=HiddenResponse))
+@endpoint("/hidden", ValidatedJSON(pydantic_model=HiddenRequest), JSONOutput(pydantic_model=HiddenResponse))
 async def hidden(request: HiddenRequest) -> HiddenResponse:
     """Final hidden states of every token, with the mask of real tokens."""
     return await engine.hidden(request)
 
 
-@endpoint(svc, "/decode", ValidatedJSON(pydantic_model=DecodeRequest), JSONOutput(pydantic_model=DecodeResponse))
+@endpoint("/decode", ValidatedJSON(pydantic_model=DecodeRequest), JSONOutput(pydantic_model=DecodeResponse))
 async def decode(request: DecodeRequest) -> DecodeResponse:
     """Greedy decoding of encoder hidden states (e.g. from /hidden) back to SMILES."""
     return await generator.decode(request)
 
 
 @endpoint(
-    svc,
     "/decode/ndarray",
     ValidatedNdarray(dtype=np.float32, shape=(-1, -1, -1)),
     JSONOutput(pydantic_model=DecodeResponse),
@@ -91,13 +91,13 @@ async def decode_ndarray(hidden_states: np.ndarray) -> DecodeResponse:
     return await generator.decode_array(hidden_states)
 
 
-@endpoint(svc, "/generate", ValidatedJSON(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
+@endpoint("/generate", ValidatedJSON(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
 async def generate(request: GenerateRequest) -> GenerateResponse:
     """New molecules around each seed: its latent perturbed by Gaussian noise, then decoded."""
     return await generator.generate(request)
 
 
-@endpoint(svc, "/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
+@endpoint("/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
 async def models(_: None) -> ModelsResponse:
     """The served models: version, capabilities, length limit, hidden size, tokenizer."""
     return await engine.catalog()

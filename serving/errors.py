@@ -57,6 +57,14 @@ class ModelUnavailable(ServiceError):
     """Triton cannot run the model right now (not ready, restarting, unreachable)."""
 
 
+class Overloaded(ServiceError):
+    """The API worker already has as many requests in flight as it admits; the client should retry shortly."""
+
+
+class DeadlineExceeded(ServiceError):
+    """The request was not answered within the per-request timeout; its work was cancelled."""
+
+
 HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     MalformedBody: HTTPStatus.BAD_REQUEST,
     PayloadTooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -65,6 +73,8 @@ HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     UnknownModel: HTTPStatus.UNPROCESSABLE_ENTITY,
     CapabilityNotSupported: HTTPStatus.UNPROCESSABLE_ENTITY,
     ModelUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
+    Overloaded: HTTPStatus.SERVICE_UNAVAILABLE,
+    DeadlineExceeded: HTTPStatus.GATEWAY_TIMEOUT,
 }
 
 ERROR_TYPES: dict[type[ServiceError], str] = {
@@ -75,11 +85,21 @@ ERROR_TYPES: dict[type[ServiceError], str] = {
     UnknownModel: "unknown_model",
     CapabilityNotSupported: "capability_not_supported",
     ModelUnavailable: "model_unavailable",
+    Overloaded: "overloaded",
+    DeadlineExceeded: "deadline_exceeded",
 }
+
+RETRY_AFTER_S: dict[type[ServiceError], int] = {Overloaded: 1, ModelUnavailable: 5}
+"""`Retry-After` of the errors a client should retry: soon when overloaded, after a restart's time when Triton is away."""
 
 
 def http_status(error: ServiceError) -> int:
     return int(HTTP_STATUS[type(error)])
+
+
+def error_headers(error: ServiceError) -> dict[str, str]:
+    retry_after = RETRY_AFTER_S.get(type(error))
+    return {} if retry_after is None else {"Retry-After": str(retry_after)}
 
 
 def error_body(error: ServiceError) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from serving.admission import Admission
 from serving.errors import (
     FieldProblem,
     InvalidRequest,
@@ -27,6 +28,7 @@ from serving.errors import (
     ServiceError,
     UnsupportedMediaType,
     error_body,
+    error_headers,
     http_status,
 )
 from serving.settings import current_settings
@@ -126,7 +128,7 @@ class _RendersErrors:
 
     async def to_http_response(self, obj: Any, ctx: bentoml.Context | None = None) -> Response:
         if isinstance(obj, ServiceError):
-            return JSONResponse(error_body(obj), status_code=http_status(obj))
+            return JSONResponse(error_body(obj), status_code=http_status(obj), headers=error_headers(obj))
         return await super().to_http_response(obj, ctx)  # type: ignore[misc]
 
 
@@ -148,23 +150,29 @@ class NdarrayOutput(_RendersErrors, bentoml.io.NumpyNdarray):
     pass
 
 
-def endpoint(
-    service: bentoml.legacy.Service, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor
-) -> Callable[[Handler], Handler]:
-    """Register `handler(request) -> response` at `route`; any `ServiceError` it raises is answered as JSON."""
+class Endpoints:
+    """Registers handlers on `service`, each run under `admission`; any `ServiceError` is answered as JSON."""
 
-    def register(handler: Handler) -> Handler:
-        @functools.wraps(handler)
-        async def answer(parsed: Any) -> Any:
-            if isinstance(parsed, ServiceError):
-                return parsed
-            try:
-                return await handler(parsed)
-            except ServiceError as error:
-                return error
+    def __init__(self, service: bentoml.legacy.Service, admission: Admission) -> None:
+        self.service, self.admission = service, admission
 
-        del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
-        service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)
-        return handler
+    def __call__(
+        self, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor
+    ) -> Callable[[Handler], Handler]:
+        """Register `handler(request) -> response` at `route`."""
 
-    return register
+        def register(handler: Handler) -> Handler:
+            @functools.wraps(handler)
+            async def answer(parsed: Any) -> Any:
+                if isinstance(parsed, ServiceError):
+                    return parsed
+                try:
+                    return await self.admission.run(handler(parsed))
+                except ServiceError as error:
+                    return error
+
+            del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
+            self.service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)
+            return handler
+
+        return register

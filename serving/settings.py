@@ -100,9 +100,13 @@ MAX_SEQUENCES = Setting("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "64", "most sequenc
 MAX_BODY = Setting(
     "BIONEMO_MAX_REQUEST_BYTES", "33554432", "largest request body in bytes (32 MiB); a larger one is a 413, unread"
 )
+MAX_IN_FLIGHT = Setting(
+    "BIONEMO_MAX_IN_FLIGHT", "64", "requests one API worker handles at once; past it a 503 with Retry-After"
+)
+REQUEST_TIMEOUT = Setting("BIONEMO_REQUEST_TIMEOUT_S", "120", "seconds a request may take; past it a 504, its work cancelled")
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
-    MAX_BODY,
+    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT,
 )  # fmt: skip
 
 
@@ -119,6 +123,8 @@ class Settings:
     triton_options: tuple[TritonOption, ...]
     max_sequences_per_request: int
     max_request_bytes: int
+    max_in_flight: int
+    request_timeout_s: float
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
@@ -143,6 +149,8 @@ class Settings:
             triton_options=read(TRITON_OPTIONS, parse_environment, "KEY=VALUE items"),
             max_sequences_per_request=read(MAX_SEQUENCES, lambda raw: _integer(raw, 1), "a positive integer"),
             max_request_bytes=read(MAX_BODY, lambda raw: _integer(raw, 1), "a positive integer"),
+            max_in_flight=read(MAX_IN_FLIGHT, lambda raw: _integer(raw, 1), "a positive integer"),
+            request_timeout_s=read(REQUEST_TIMEOUT, _positive_seconds, "a positive number of seconds"),
         )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if settings.models is not None and chosen_by_options:
@@ -170,6 +178,13 @@ class Settings:
         if self.api_workers is not None:
             arguments += ["--api-workers", str(self.api_workers)]
         return arguments
+
+
+def _positive_seconds(raw: str) -> float:
+    seconds = float(raw)
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError
+    return seconds
 
 
 @functools.cache
