@@ -136,6 +136,8 @@ class ErrorResponse(BaseModel):
 
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+POSITIVE_IN_OPENAPI_3_0 = {"minimum": 0.0, "exclusiveMinimum": True}
+"""`gt=0` as OpenAPI 3.0 (BentoML's document) writes it; pydantic writes JSON Schema's `exclusiveMinimum: 0.0`."""
 MEGAMOLBART = "megamolbart"
 DEFAULT_MAX_DECODE_LENGTH = 128
 
@@ -178,9 +180,14 @@ class GenerateRequest(_Strict):
         default=1.0, ge=0.0, description="Standard deviation of the Gaussian noise added to each seed's latent."
     )
     method: DecodingMethod = DecodingMethod.GREEDY
-    temperature: FiniteFloat = Field(default=1.0, gt=0.0, description="topkp: softmax temperature.")
+    temperature: FiniteFloat = Field(
+        default=1.0, gt=0.0, json_schema_extra=POSITIVE_IN_OPENAPI_3_0, description="topkp: softmax temperature."
+    )
     top_k: int = Field(default=0, ge=0, description="topkp: keep the k most likely tokens (0: all).")
-    top_p: FiniteFloat = Field(default=1.0, gt=0.0, le=1.0, description="topkp: keep the top-p nucleus (1.0: all).")
+    top_p: FiniteFloat = Field(
+        default=1.0, gt=0.0, le=1.0, json_schema_extra=POSITIVE_IN_OPENAPI_3_0,
+        description="topkp: keep the top-p nucleus (1.0: all).",
+    )
     beam_size: int = Field(default=5, ge=1, le=16, description="beam: hypotheses kept per sample.")
     seed: int | None = Field(default=None, ge=0, description="Makes the answer reproducible; echoed back.")
     max_length: int = Field(default=DEFAULT_MAX_DECODE_LENGTH, ge=1, le=510, description="Most tokens to decode per molecule.")

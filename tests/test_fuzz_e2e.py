@@ -1,0 +1,65 @@
+"""Fuzzing every endpoint from the service's own OpenAPI document with schemathesis: no input gets a 500.
+
+A bounded number of examples per operation (`FUZZ_EXAMPLES`, derandomized, so CI
+runs the same ones); the service under fuzz has a 5 s request timeout, so that a
+valid but huge request (64 seeds x 64 samples x 16 beams) ends as a 504 instead
+of holding the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from conftest import DEFAULT_REPOSITORY, ROOT, RunningService, start_service, stop_service
+
+FUZZ_EXAMPLES = 40
+
+
+@pytest.fixture(scope="module")
+def fuzzed_service() -> Iterator[RunningService]:
+    running = start_service(
+        [sys.executable, "-m", "serving.launch", "service:svc"],
+        ROOT,
+        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), "BIONEMO_REQUEST_TIMEOUT_S": "5"},
+    )
+    yield running
+    stop_service(running)
+
+
+@pytest.mark.parametrize("mode", list(schemathesis.GenerationMode), ids=lambda mode: mode.value)
+def test_no_generated_input_gets_a_500(fuzzed_service: RunningService, mode: schemathesis.GenerationMode) -> None:
+    """Each operation of the OpenAPI document in turn, with inputs that follow the schema (positive) and inputs
+    that break it (negative); through hypothesis directly, as schemathesis' pytest plugin does not run under this
+    pytest."""
+    document = schemathesis.openapi.from_url(f"{fuzzed_service.url}/docs.json")
+    operations = [result.ok() for result in document.get_all_operations()]
+    assert {operation.path for operation in operations} >= {"/embed", "/hidden", "/decode", "/generate", "/models"}
+    if mode is schemathesis.GenerationMode.NEGATIVE:  # something to break: a body (the GET probes take nothing)
+        operations = [operation for operation in operations if operation.method.upper() == "POST"]
+    statuses: Counter[int] = Counter()
+    for operation in operations:
+
+        @given(case=operation.as_strategy(mode))
+        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        def answers_without_a_server_error(case: schemathesis.Case) -> None:
+            response = case.call(base_url=fuzzed_service.url, timeout=60)
+            statuses[response.status_code] += 1
+            assert response.status_code != 500, (case.as_curl_command(), response.text[:1000])
+            assert response.status_code < 500 or response.status_code in (503, 504), response.text[:1000]
+            if response.status_code >= 400:
+                assert set(response.json()["error"]) == {"type", "message", "details"}, response.text[:1000]
+
+        answers_without_a_server_error()
+    assert sum(statuses.values()) >= FUZZ_EXAMPLES * len(operations) // 2, statuses  # the examples were sent
+
+
+def test_the_fuzzed_service_still_answers(fuzzed_service: RunningService) -> None:
+    response = requests.post(f"{fuzzed_service.url}/embed", json={"sequences": ["MKT"]}, timeout=60)
+    assert response.status_code == 200, response.text
