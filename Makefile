@@ -14,7 +14,7 @@ EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/*/*.py prep
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve test lock bench clean
+.PHONY: install models serve test lock bench soak clean
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -57,6 +57,14 @@ $(BENCH_READY): $(INSTALLED)
 
 bench: install models $(BENCH_READY)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
+
+# Not part of `make test`: minutes of mixed /embed and /generate load; figures into docs/reliability.md,
+# exit 1 on a failed request or memory growth past the margin. Longer: `make soak SOAK_SECONDS=900`.
+SOAK_SECONDS ?= 300
+SOAK_USERS ?= 24
+
+soak: install models $(BENCH_READY)
+	$(BIN)/python -m benchmarks.soak --seconds $(SOAK_SECONDS) --users $(SOAK_USERS)
 
 # The bento's packages, resolved for the Python and glibc of bentofile.yaml's base image.
 lock: $(INSTALLED)
