@@ -97,14 +97,21 @@ def stop_service(running: RunningService) -> None:
     running.log_path.unlink(missing_ok=True)
 
 
-@pytest.fixture(scope="session")
-def service() -> Iterator[RunningService]:
-    """`python -m serving.launch service:svc` (it becomes `bentoml serve`) on a free loopback port."""
+def start_launcher(environment: dict[str, str] | None = None) -> RunningService:
+    """`python -m serving.launch service:svc` (it becomes `bentoml serve`) on the default models, with `environment`'s
+    settings: the shared service, or one a test starts for itself (other limits, or to break it)."""
     missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
     if missing:
         pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
-    running = start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"], ROOT, {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY)}
+    return start_service(
+        [sys.executable, "-m", "serving.launch", "service:svc"],
+        ROOT,
+        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
     )
+
+
+@pytest.fixture(scope="session")
+def service() -> Iterator[RunningService]:
+    running = start_launcher()
     yield running
     stop_service(running)

@@ -10,7 +10,6 @@ the checkpoints were written from.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import torch
 from transformers import EsmModel, EsmTokenizer, MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from conftest import ROOT, RunningService, start_service, stop_service
+from conftest import RunningService, start_launcher, stop_service
 from exporter import export_model
 from model_catalog import MODELS
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE, SmilesTokenizer
@@ -84,8 +83,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def service(sources: dict[str, object]) -> Iterator[RunningService]:
-    environment = {"BIONEMO_MODEL_REPOSITORY": str(sources["repository"])}
-    running = start_service([sys.executable, "-m", "serving.launch", "service:svc"], ROOT, environment)
+    running = start_launcher({"BIONEMO_MODEL_REPOSITORY": str(sources["repository"])})
     yield running
     stop_service(running)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import psutil
 import pytest
 import requests
 
-from conftest import DEFAULT_REPOSITORY, ROOT, RunningService, start_service, stop_service
+from conftest import RunningService, start_launcher, stop_service
 
 PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL" * 6
 RECOVERY_TIMEOUT_S = 120
@@ -24,11 +23,7 @@ HANG_LIMIT_S = 20
 
 @pytest.fixture
 def own_service() -> Iterator[RunningService]:
-    running = start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"],
-        ROOT,
-        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), "BIONEMO_MODELS": "esm2nv,megamolbart"},
-    )
+    running = start_launcher({"BIONEMO_MODELS": "esm2nv,megamolbart"})
     yield running
     stop_service(running)
 
@@ -122,11 +117,7 @@ def test_sigterm_drains_the_requests_in_flight_before_exit(own_service: RunningS
 def limited_service() -> Iterator[RunningService]:
     """One API worker that admits three requests at once, for two seconds each."""
     limits = {"BIONEMO_API_WORKERS": "1", "BIONEMO_MAX_IN_FLIGHT": "3", "BIONEMO_REQUEST_TIMEOUT_S": "2"}
-    running = start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"],
-        ROOT,
-        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), "BIONEMO_MODELS": "esm2nv,megamolbart", **limits},
-    )
+    running = start_launcher({"BIONEMO_MODELS": "esm2nv,megamolbart", **limits})
     yield running
     stop_service(running)
 

@@ -8,7 +8,6 @@ of holding the run.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Iterator
 
@@ -17,18 +16,14 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from conftest import DEFAULT_REPOSITORY, ROOT, RunningService, start_service, stop_service
+from conftest import RunningService, start_launcher, stop_service
 
 FUZZ_EXAMPLES = 40
 
 
 @pytest.fixture(scope="module")
 def fuzzed_service() -> Iterator[RunningService]:
-    running = start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"],
-        ROOT,
-        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), "BIONEMO_REQUEST_TIMEOUT_S": "5"},
-    )
+    running = start_launcher({"BIONEMO_REQUEST_TIMEOUT_S": "5"})
     yield running
     stop_service(running)
 

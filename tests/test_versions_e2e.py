@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import ROOT, RunningService, start_service, stop_service
+from conftest import RunningService, start_launcher, stop_service
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint
 from model_catalog import MODELS
@@ -40,9 +39,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 @pytest.fixture(scope="module")
 def versioned_service(checkpoints: dict[int, Path]) -> Iterator[RunningService]:
     repository = checkpoints[1].parent / "repository"
-    running = start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"], ROOT, {"BIONEMO_MODEL_REPOSITORY": str(repository)}
-    )
+    running = start_launcher({"BIONEMO_MODEL_REPOSITORY": str(repository)})
     yield running
     stop_service(running)
 
