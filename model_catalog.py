@@ -193,8 +193,8 @@ DECODER = GraphSpec(
         TensorSpec("tokens", "TYPE_INT64", (-1,), "each row's newest token: the begin token for a row that starts"),
         TensorSpec("encoder_hidden_states", "TYPE_FP32", (-1, -1, "hidden_size"), "the source of each starting row"),
         TensorSpec("encoder_mask", "TYPE_INT64", (-1, -1), "the encoder's attention_mask of each starting row"),
-        # Every call names the caches it is done with: each row gets a new id at every step (beams fork).
-        TensorSpec("released_ids", "TYPE_INT64", (-1,), "caches to forget after this call: parents, ended rows"),
+        # Each row gets a new id at every step (beams fork); a client's rows that a call does not continue are dropped.
+        TensorSpec("released_ids", "TYPE_INT64", (-1,), "the client's rows it is done with, e.g. of finished requests"),
     ),
     outputs=(TensorSpec("logits", "TYPE_FP32", (-1, "vocab_size"), "unnormalised scores of each row's next token"),),
     backend=Backend.CACHED_DECODER,
