@@ -15,9 +15,6 @@ from tritonclient.grpc import model_config_pb2
 
 from model_catalog import GraphSpec, ModelDescription, Target
 
-EXECUTION_PROVIDERS = {Target.CPU: "CPUExecutionProvider"}
-"""onnxruntime's provider for the python backend; a GPU target's is CUDA (TensorRT is for the native backend)."""
-
 
 def config_path(target: Target) -> str:
     """Where a target's config lives in the model's folder; tritonserver's `--model-config-name` picks it."""
@@ -63,7 +60,9 @@ def build_config(
             config.parameters[f"{part.name}_file"].string_value = part.file
         threads = batching.intra_op_threads * (batching.instance_count if graph.stateful else 1)
         config.parameters["intra_op_threads"].string_value = str(threads)
-        config.parameters["execution_provider"].string_value = EXECUTION_PROVIDERS.get(target, "CUDAExecutionProvider")
+        # onnxruntime's provider in the python backend: TensorRT is left to the native backend's configs.
+        provider = "CPUExecutionProvider" if target is Target.CPU else "CUDAExecutionProvider"
+        config.parameters["execution_provider"].string_value = provider
     else:
         config.default_model_filename = graph.onnx_graphs[0].file
     if target is Target.GPU_TENSORRT and not python_backend:
