@@ -10,12 +10,24 @@ from __future__ import annotations
 import bentoml
 import numpy as np
 
+from model_catalog import MODELS
 from serving.admission import Admission
 from serving.encoding import EncoderEngine
 from serving.generation import MoleculeGenerator
-from serving.http_io import Endpoints, JSONOutput, NdarrayOutput, NoInput, ValidatedJSON, ValidatedNdarray
+from serving.http_io import (
+    AdminJSON,
+    AdminNoInput,
+    Endpoints,
+    JSONOutput,
+    NdarrayOutput,
+    NoInput,
+    ValidatedJSON,
+    ValidatedNdarray,
+)
+from serving.model_registry import ModelRegistry
 from serving.payloads import encode_arrays
 from serving.protocol import (
+    AdminModelRequest,
     DecodeRequest,
     DecodeResponse,
     EmbedRequest,
@@ -25,6 +37,7 @@ from serving.protocol import (
     HiddenRequest,
     HiddenResponse,
     ModelsResponse,
+    RepositoryResponse,
 )
 from serving.settings import current_settings
 
@@ -40,7 +53,8 @@ triton = bentoml.triton.Runner(
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
 endpoint = Endpoints(svc, Admission(settings.max_in_flight, settings.request_timeout_s))
-engine = EncoderEngine(triton)
+registry = ModelRegistry(triton)
+engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
 
 
@@ -100,4 +114,25 @@ async def generate(request: GenerateRequest) -> GenerateResponse:
 @endpoint("/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
 async def models(_: None) -> ModelsResponse:
     """The served models: version, capabilities, length limit, hidden size, tokenizer."""
-    return await engine.catalog()
+    return await registry.catalog()
+
+
+# The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.
+if settings.admin_token is not None:
+
+    @endpoint("/admin/repository", AdminNoInput(), JSONOutput(pydantic_model=RepositoryResponse))
+    async def admin_repository(_: None) -> RepositoryResponse:
+        """Admin: every catalogued Triton model in the repository, loaded or not, with Triton's state."""
+        return RepositoryResponse(entries=await registry.repository())
+
+    @endpoint("/admin/load", AdminJSON(pydantic_model=AdminModelRequest), JSONOutput(pydantic_model=ModelsResponse))
+    async def admin_load(request: AdminModelRequest) -> ModelsResponse:
+        """Admin: load (or reload from the repository) every Triton model of a catalogued model; the served models."""
+        await registry.load(MODELS[request.model])
+        return await registry.catalog()
+
+    @endpoint("/admin/unload", AdminJSON(pydantic_model=AdminModelRequest), JSONOutput(pydantic_model=ModelsResponse))
+    async def admin_unload(request: AdminModelRequest) -> ModelsResponse:
+        """Admin: unload every Triton model of a catalogued model; requests for it are then 422s. The served models."""
+        await registry.unload(MODELS[request.model])
+        return await registry.catalog()

@@ -1,70 +1,31 @@
-"""/embed, /hidden and /models: tokenize, run the encoder through the Triton runner, post-process."""
+"""/embed and /hidden: tokenize, run the encoder through the Triton runner, post-process."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import numpy as np
 import tritonclient.http.aio as triton_http
-from tritonclient.utils import InferenceServerException
 
 from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, Tokenizer, l2_normalize, tokenizer_for
 from preprocessing.batching import bucketed_chunks
-from serving.errors import CapabilityNotSupported, FieldProblem, InvalidRequest, ModelUnavailable, UnknownModel
+from serving.errors import FieldProblem, InvalidRequest
+from serving.model_registry import ModelRegistry
 from serving.payloads import encode_arrays
 from serving.protocol import (
     EmbedRequest,
     HiddenRequest,
     HiddenResponse,
-    ModelInfo,
-    ModelsResponse,
     Pooling,
 )
-from serving.triton_models import ServedModel, discover_models
-
+from serving.triton_models import ServedModel
 
 UNCOMPRESSED = {"Accept-Encoding": "identity"}
 """The runner's aiohttp session offers gzip by default, and Triton then gzips every output tensor (megabytes
 of hidden states) for the worker next to it to unzip: 93-178 ms per request in `make bench`."""
-
-
-@contextmanager
-def triton_call(what: str) -> Iterator[None]:
-    """Triton unreachable, restarting or without the model: a 503 naming `what`."""
-    try:
-        yield
-    except (InferenceServerException, aiohttp.ClientError, ConnectionError) as error:
-        raise ModelUnavailable.at("model", f"{what} is not available right now: {error}") from None
-
-
-def select_model(
-    served: dict[str, ServedModel], name: str, capability: Capability, version: int | None = None
-) -> ServedModel:
-    """The served model `name` at `version` (default: its newest), which must have `capability`.
-
-    Otherwise a 422 naming the models that have it, or the versions that are served.
-    """
-    if name not in served:
-        raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(served))}")
-    model = served[name]
-    if capability not in model.description.capabilities:
-        able = sorted(n for n, m in served.items() if capability in m.description.capabilities)
-        raise CapabilityNotSupported.at(
-            "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
-        )
-    if version is None:
-        return model
-    if version not in model.versions:
-        raise UnknownModel.at(
-            "model_version", f"{name} version {version} is not served; versions: {', '.join(map(str, model.versions))}"
-        )
-    return model.at_version(version)
 
 
 @dataclass(frozen=True)
@@ -78,41 +39,12 @@ class Encoded:
 class EncoderEngine:
     """Turns validated requests into Triton calls; one instance per API worker."""
 
-    def __init__(self, runner: Any) -> None:
-        self.runner = runner
-        self._served: dict[str, ServedModel] | None = None
-        self._discovery = asyncio.Lock()
+    def __init__(self, runner: Any, registry: ModelRegistry) -> None:
+        self.runner, self.registry = runner, registry
         self.tokenizers: dict[str, Tokenizer] = {name: tokenizer_for(description) for name, description in MODELS.items()}
 
-    async def served_models(self) -> dict[str, ServedModel]:
-        """The models Triton has loaded, asked once (on the first request) and then kept."""
-        if self._served is None:
-            async with self._discovery:
-                if self._served is None:
-                    with triton_call("the model repository"):
-                        self._served = await discover_models(self.runner)
-        return self._served
-
     async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
-        return select_model(await self.served_models(), name, capability, version)
-
-    async def catalog(self) -> ModelsResponse:
-        served = await self.served_models()
-        return ModelsResponse(
-            models=[
-                ModelInfo(
-                    name=name,
-                    version=model.version,
-                    versions=list(model.versions),
-                    summary=model.description.summary,
-                    capabilities=sorted(c.value for c in model.description.capabilities),
-                    max_length=model.description.max_length,
-                    hidden_size=model.sizes["hidden_size"],
-                    tokenizer=model.description.tokenizer.value,
-                )
-                for name, model in sorted(served.items())
-            ]
-        )
+        return await self.registry.model(name, capability, version)
 
     async def embed(self, request: EmbedRequest) -> tuple[ServedModel, np.ndarray]:
         """The model (at the version used) and its [batch, dim] float32 embeddings in input order."""
@@ -209,7 +141,7 @@ class EncoderEngine:
                 for start in range(0, rows, graph.max_batch_size)
             ]
             return np.concatenate(await asyncio.gather(*(self.infer(model, role, part, output) for part in parts)))
-        with triton_call(f"{graph.name} version {model.version}"):
+        with self.registry.calling(f"{graph.name} version {model.version}"):
             result = await self.runner.infer(
                 graph.name,
                 graph.infer_inputs(arrays),

@@ -29,6 +29,10 @@ class ServiceError(Exception):
         return cls([FieldProblem(field, message)])
 
 
+class Unauthorized(ServiceError):
+    """An admin endpoint called without the admin token (missing or wrong: the answer does not say which)."""
+
+
 class MalformedBody(ServiceError):
     """The body is not JSON, or not sent as JSON."""
 
@@ -57,6 +61,10 @@ class ModelUnavailable(ServiceError):
     """Triton cannot run the model right now (not ready, restarting, unreachable)."""
 
 
+class ModelLoadFailed(ServiceError):
+    """Triton refused to load a model an admin asked for (its files are broken, say); Triton's reason is given."""
+
+
 class Overloaded(ServiceError):
     """The API worker already has as many requests in flight as it admits; the client should retry shortly."""
 
@@ -66,6 +74,7 @@ class DeadlineExceeded(ServiceError):
 
 
 HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
+    Unauthorized: HTTPStatus.UNAUTHORIZED,
     MalformedBody: HTTPStatus.BAD_REQUEST,
     PayloadTooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
     UnsupportedMediaType: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
@@ -73,11 +82,13 @@ HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     UnknownModel: HTTPStatus.UNPROCESSABLE_ENTITY,
     CapabilityNotSupported: HTTPStatus.UNPROCESSABLE_ENTITY,
     ModelUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
+    ModelLoadFailed: HTTPStatus.BAD_GATEWAY,
     Overloaded: HTTPStatus.SERVICE_UNAVAILABLE,
     DeadlineExceeded: HTTPStatus.GATEWAY_TIMEOUT,
 }
 
 ERROR_TYPES: dict[type[ServiceError], str] = {
+    Unauthorized: "unauthorized",
     MalformedBody: "malformed_body",
     PayloadTooLarge: "payload_too_large",
     UnsupportedMediaType: "unsupported_media_type",
@@ -85,12 +96,18 @@ ERROR_TYPES: dict[type[ServiceError], str] = {
     UnknownModel: "unknown_model",
     CapabilityNotSupported: "capability_not_supported",
     ModelUnavailable: "model_unavailable",
+    ModelLoadFailed: "model_load_failed",
     Overloaded: "overloaded",
     DeadlineExceeded: "deadline_exceeded",
 }
 
-RETRY_AFTER_S: dict[type[ServiceError], int] = {Overloaded: 1, ModelUnavailable: 5}
-"""`Retry-After` of the errors a client should retry: soon when overloaded, after a restart's time when Triton is away."""
+RESPONSE_HEADERS: dict[type[ServiceError], dict[str, str]] = {
+    Overloaded: {"Retry-After": "1"},
+    ModelUnavailable: {"Retry-After": "5"},
+    Unauthorized: {"WWW-Authenticate": 'Bearer realm="bionemo admin"'},
+}
+"""`Retry-After` of the errors a client should retry (soon when overloaded, after a restart's time when Triton is
+away), and the scheme an admin endpoint expects (RFC 6750)."""
 
 
 def http_status(error: ServiceError) -> int:
@@ -98,8 +115,7 @@ def http_status(error: ServiceError) -> int:
 
 
 def error_headers(error: ServiceError) -> dict[str, str]:
-    retry_after = RETRY_AFTER_S.get(type(error))
-    return {} if retry_after is None else {"Retry-After": str(retry_after)}
+    return RESPONSE_HEADERS.get(type(error), {})
 
 
 def error_body(error: ServiceError) -> dict[str, Any]:

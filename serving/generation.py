@@ -7,7 +7,7 @@ the live rows of every request in flight to Triton in one step.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

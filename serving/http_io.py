@@ -10,8 +10,10 @@ render it as its status code and error body, whatever the success type.
 from __future__ import annotations
 
 import functools
+import hmac
 import json
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import bentoml
 import numpy as np
@@ -26,6 +28,7 @@ from serving.errors import (
     MalformedBody,
     PayloadTooLarge,
     ServiceError,
+    Unauthorized,
     UnsupportedMediaType,
     error_body,
     error_headers,
@@ -121,6 +124,35 @@ class NoInput(bentoml.io.JSON):
 
     async def from_http_request(self, request: Request) -> None:
         return None
+
+
+def _carries_admin_token(request: Request) -> bool:
+    expected = current_settings().admin_token
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return (
+        expected is not None
+        and scheme.lower() == "bearer"
+        and hmac.compare_digest(credentials.strip().encode(), expected.encode())  # in constant time
+    )
+
+
+class _AdminOnly:
+    """Mixin for the admin endpoints' input descriptors: without the admin token a 401, before the body is read."""
+
+    async def from_http_request(self, request: Request) -> Any:
+        if not _carries_admin_token(request):
+            return Unauthorized.at(
+                "authorization", "admin endpoints need the header `Authorization: Bearer <BIONEMO_ADMIN_TOKEN>`"
+            )
+        return await super().from_http_request(request)  # type: ignore[misc]
+
+
+class AdminJSON(_AdminOnly, ValidatedJSON):
+    pass
+
+
+class AdminNoInput(_AdminOnly, NoInput):
+    pass
 
 
 class _RendersErrors:

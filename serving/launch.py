@@ -15,7 +15,13 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from serving.settings import Settings, SettingsError
-from serving.triton_options import ENVIRONMENT_VARIABLE, TritonOptionError, parse_environment, render_environment, split_arguments
+from serving.triton_options import (
+    ENVIRONMENT_VARIABLE,
+    TritonOptionError,
+    parse_environment,
+    render_environment,
+    split_arguments,
+)
 
 USAGE = "usage: python -m serving.launch TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import enum
-
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from model_catalog import DEFAULT_MODEL
+from model_catalog import DEFAULT_MODEL, MODELS
 from serving.settings import current_settings
 
 
@@ -116,6 +115,26 @@ class ModelInfo(BaseModel):
 
 class ModelsResponse(BaseModel):
     models: list[ModelInfo]
+
+
+CatalogName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
+"""Only the catalog's names: an admin request cannot name anything else in (or outside) the repository."""
+
+
+class AdminModelRequest(_Strict):
+    model: CatalogName = Field(description="A catalogued model; every one of its Triton models is loaded or unloaded.")
+
+
+class RepositoryEntry(BaseModel):
+    model: str = Field(description="The catalogued model this Triton model is a graph of.")
+    triton_model: str
+    version: int | None = Field(description="None for a model Triton has not loaded.")
+    state: str = Field(description="Triton's state: READY, UNAVAILABLE, LOADING, UNLOADING.")
+    reason: str = Field(description="Why it is not ready, e.g. `unloaded`, or Triton's load error.")
+
+
+class RepositoryResponse(BaseModel):
+    entries: list[RepositoryEntry]
 
 
 class ErrorDetail(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -63,6 +63,17 @@ def _target(raw: str) -> Target:
         raise ValueError() from None
 
 
+MIN_ADMIN_TOKEN_LENGTH = 32
+
+
+def _admin_token(raw: str) -> str | None:
+    if not raw:
+        return None
+    if len(raw) < MIN_ADMIN_TOKEN_LENGTH or any(character.isspace() or not character.isprintable() for character in raw):
+        raise ValueError
+    return raw
+
+
 def _models(raw: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(",") if name.strip())
     unknown = [name for name in names if name not in MODELS]
@@ -78,6 +89,8 @@ class Setting:
     variable: str
     default: str
     meaning: str
+    secret: bool = False
+    """A bad value is not repeated in the error (it would end up in logs)."""
 
 
 HOST = Setting("BIONEMO_HOST", "127.0.0.1", "address the API listens on (the image sets 0.0.0.0)")
@@ -103,10 +116,17 @@ MAX_BODY = Setting(
 MAX_IN_FLIGHT = Setting(
     "BIONEMO_MAX_IN_FLIGHT", "64", "requests one API worker handles at once; past it a 503 with Retry-After"
 )
+ADMIN_TOKEN = Setting(
+    "BIONEMO_ADMIN_TOKEN",
+    "",
+    f"enables the admin endpoints (/admin/*), which require it as a Bearer token; at least {MIN_ADMIN_TOKEN_LENGTH} "
+    "characters, e.g. `openssl rand -hex 32`; unset: no admin endpoints, and Triton cannot load or unload models",
+    secret=True,
+)
 REQUEST_TIMEOUT = Setting("BIONEMO_REQUEST_TIMEOUT_S", "120", "seconds a request may take; past it a 504, its work cancelled")
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
-    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT,
+    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN,
 )  # fmt: skip
 
 
@@ -125,6 +145,8 @@ class Settings:
     max_request_bytes: int
     max_in_flight: int
     request_timeout_s: float
+    admin_token: str | None = field(repr=False)
+    """None: no admin endpoints."""
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
@@ -136,7 +158,8 @@ class Settings:
                 raise SettingsError(str(error)) from None
             except ValueError as error:
                 detail = f" ({error})" if str(error) else ""
-                raise SettingsError(f"{setting.variable}={raw!r}: expected {expected}{detail}") from None
+                shown = "(the value set)" if setting.secret else repr(raw)
+                raise SettingsError(f"{setting.variable}={shown}: expected {expected}{detail}") from None
 
         settings = cls(
             host=read(HOST, _host, "a host name or IP address"),
@@ -151,12 +174,20 @@ class Settings:
             max_request_bytes=read(MAX_BODY, lambda raw: _integer(raw, 1), "a positive integer"),
             max_in_flight=read(MAX_IN_FLIGHT, lambda raw: _integer(raw, 1), "a positive integer"),
             request_timeout_s=read(REQUEST_TIMEOUT, _positive_seconds, "a positive number of seconds"),
+            admin_token=read(
+                ADMIN_TOKEN, _admin_token, f"at least {MIN_ADMIN_TOKEN_LENGTH} printable characters without spaces"
+            ),
         )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
-        if settings.models is not None and chosen_by_options:
+        if chosen_by_options and settings.models is not None:
             raise SettingsError(
                 f"{SERVED_MODELS.variable} and --triton-options {chosen_by_options[0].key} both choose the models; "
                 "use one of them"
+            )
+        if chosen_by_options and settings.admin_token is not None:
+            raise SettingsError(
+                f"--triton-options {chosen_by_options[0].key}: refused with {ADMIN_TOKEN.variable} set; the admin "
+                f"endpoints need Triton's explicit model control (choose the models with {SERVED_MODELS.variable})"
             )
         return settings
 
@@ -165,11 +196,15 @@ class Settings:
         arguments = ["--allow-metrics=false"]
         if self.target is not Target.CPU:
             arguments.append(f"--model-config-name={self.target.value}")
+        # Triton loads and unloads models once started only under explicit model control (BIONEMO_MODELS, the admin
+        # endpoints); otherwise nothing can make it, not even a process on this host that reaches its loopback port.
         if self.models is not None:
             arguments.append("--model-control-mode=explicit")
             arguments += [
                 f"--load-model={MODELS[name].triton_name(graph.role)}" for name in self.models for graph in MODELS[name].graphs
             ]
+        elif self.admin_token is not None:
+            arguments += ["--model-control-mode=explicit", "--load-model=*"]
         return arguments + [option.argument() for option in self.triton_options]
 
     def serve_arguments(self) -> list[str]:

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from model_catalog import MODELS, Capability
-from serving.encoding import select_model
 from serving.errors import CapabilityNotSupported, UnknownModel, http_status
+from serving.model_registry import select_model
 from serving.triton_models import ServedModel
 
 

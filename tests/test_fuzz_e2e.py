@@ -3,11 +3,13 @@
 A bounded number of examples per operation (`FUZZ_EXAMPLES`, derandomized, so CI
 runs the same ones); the service under fuzz has a 5 s request timeout, so that a
 valid but huge request (64 seeds x 64 samples x 16 beams) ends as a 504 instead
-of holding the run.
+of holding the run. The admin endpoints are on, and fuzzed with the token (without it, every input would be a
+401 before its body is read); they come last, and may unload models the others then answer with 422s.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from collections.abc import Iterator
 
@@ -19,11 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from conftest import RunningService, start_launcher, stop_service
 
 FUZZ_EXAMPLES = 40
+ADMIN = {"Authorization": f"Bearer {secrets.token_hex(32)}"}
 
 
 @pytest.fixture(scope="module")
 def fuzzed_service() -> Iterator[RunningService]:
-    running = start_launcher({"BIONEMO_REQUEST_TIMEOUT_S": "5"})
+    running = start_launcher(
+        {"BIONEMO_REQUEST_TIMEOUT_S": "5", "BIONEMO_ADMIN_TOKEN": ADMIN["Authorization"].removeprefix("Bearer ")}
+    )
     yield running
     stop_service(running)
 
@@ -35,7 +40,7 @@ def test_no_generated_input_gets_a_500(fuzzed_service: RunningService, mode: sch
     pytest."""
     document = schemathesis.openapi.from_url(f"{fuzzed_service.url}/docs.json")
     operations = [result.ok() for result in document.get_all_operations()]
-    assert {operation.path for operation in operations} >= {"/embed", "/hidden", "/decode", "/generate", "/models"}
+    assert {operation.path for operation in operations} >= {"/embed", "/hidden", "/decode", "/generate", "/models", "/admin/load"}
     if mode is schemathesis.GenerationMode.NEGATIVE:  # something to break: a body (the GET probes take nothing)
         operations = [operation for operation in operations if operation.method.upper() == "POST"]
     statuses: Counter[int] = Counter()
@@ -44,7 +49,7 @@ def test_no_generated_input_gets_a_500(fuzzed_service: RunningService, mode: sch
         @given(case=operation.as_strategy(mode))
         @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
         def answers_without_a_server_error(case: schemathesis.Case) -> None:
-            response = case.call(base_url=fuzzed_service.url, timeout=60)
+            response = case.call(base_url=fuzzed_service.url, headers=ADMIN, timeout=60)
             statuses[response.status_code] += 1
             assert response.status_code != 500, (case.as_curl_command(), response.text[:1000])
             assert response.status_code < 500 or response.status_code in (503, 504), response.text[:1000]
@@ -56,5 +61,7 @@ def test_no_generated_input_gets_a_500(fuzzed_service: RunningService, mode: sch
 
 
 def test_the_fuzzed_service_still_answers(fuzzed_service: RunningService) -> None:
+    reloaded = requests.post(f"{fuzzed_service.url}/admin/load", json={"model": "esm2nv"}, headers=ADMIN, timeout=60)
+    assert reloaded.status_code == 200, reloaded.text  # whatever the fuzzer unloaded
     response = requests.post(f"{fuzzed_service.url}/embed", json={"sequences": ["MKT"]}, timeout=60)
     assert response.status_code == 200, response.text

@@ -84,6 +84,29 @@ def test_models_chosen_twice_is_an_error() -> None:
         Settings.from_environment({"BIONEMO_MODELS": "esm2nv", "BIONEMO_TRITON_OPTIONS": "load-model=esm1nv"})
 
 
+ADMIN_TOKEN = "0123456789abcdef" * 4
+
+
+def test_an_admin_token_gives_triton_explicit_model_control_over_every_model() -> None:
+    settings = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN})
+    assert settings.triton_arguments() == ["--allow-metrics=false", "--model-control-mode=explicit", "--load-model=*"]
+    chosen = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_MODELS": "esm2nv"})
+    assert chosen.triton_arguments() == ["--allow-metrics=false", "--model-control-mode=explicit", "--load-model=esm2nv"]
+    assert ADMIN_TOKEN not in repr(settings)
+
+
+@pytest.mark.parametrize("token", ["too-short", ADMIN_TOKEN + " x", ADMIN_TOKEN + "\n"])
+def test_a_weak_or_malformed_admin_token_is_refused_without_repeating_it(token: str) -> None:
+    with pytest.raises(SettingsError, match="BIONEMO_ADMIN_TOKEN=\\(the value set\\): expected at least 32") as raised:
+        Settings.from_environment({"BIONEMO_ADMIN_TOKEN": token})
+    assert token not in str(raised.value)
+
+
+def test_an_admin_token_refuses_model_selection_by_triton_options() -> None:
+    with pytest.raises(SettingsError, match="model-control-mode: refused with BIONEMO_ADMIN_TOKEN set"):
+        Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_TRITON_OPTIONS": "model-control-mode=poll"})
+
+
 def test_split_takes_both_spellings_and_keeps_the_rest_in_order() -> None:
     options, rest = split_arguments(
         ["--triton-options", "model-control-mode=explicit", "--api-workers", "2", "--triton-options=load-model=esm2nv"]

@@ -1,0 +1,170 @@
+"""Which catalogued models Triton serves, kept current in each API worker; and the admin API's load and unload.
+
+Discovery asks Triton (serving/triton_models.py) once, then again whenever what
+it serves may have changed: a request names a catalogued model that is not
+served (an admin may have loaded it through another worker), a Triton call
+failed (it may have been unloaded or Triton restarted), or a client asks
+GET /models. Concurrent rediscoveries share one round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import aiohttp
+from tritonclient.utils import InferenceServerException
+
+from model_catalog import MODELS, Capability, ModelDescription
+from serving.errors import CapabilityNotSupported, ModelLoadFailed, ModelUnavailable, UnknownModel
+from serving.protocol import ModelInfo, ModelsResponse, RepositoryEntry
+from serving.triton_models import ServedModel, discover_models
+
+TRITON_ERRORS = (InferenceServerException, aiohttp.ClientError, ConnectionError)
+
+
+@contextmanager
+def triton_call(what: str) -> Iterator[None]:
+    """Triton unreachable, restarting or without the model: a 503 naming `what`."""
+    try:
+        yield
+    except TRITON_ERRORS as error:
+        raise ModelUnavailable.at("model", f"{what} is not available right now: {error}") from None
+
+
+def select_model(
+    served: dict[str, ServedModel], name: str, capability: Capability, version: int | None = None
+) -> ServedModel:
+    """The served model `name` at `version` (default: its newest), which must have `capability`.
+
+    Otherwise a 422 naming the models that have it, or the versions that are served.
+    """
+    if name not in served:
+        raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(served))}")
+    model = served[name]
+    if capability not in model.description.capabilities:
+        able = sorted(n for n, m in served.items() if capability in m.description.capabilities)
+        raise CapabilityNotSupported.at(
+            "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
+        )
+    if version is None:
+        return model
+    if version not in model.versions:
+        raise UnknownModel.at(
+            "model_version", f"{name} version {version} is not served; versions: {', '.join(map(str, model.versions))}"
+        )
+    return model.at_version(version)
+
+
+class ModelRegistry:
+    """The served models of one API worker, and the only place that asks Triton to change them."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self._served: dict[str, ServedModel] | None = None
+        self._discovery: asyncio.Task[dict[str, ServedModel]] | None = None
+
+    async def served(self, rediscover: bool = False) -> dict[str, ServedModel]:
+        """The models Triton serves: as last discovered, unless none are known yet or `rediscover`."""
+        if self._served is None or rediscover:
+            if self._discovery is None:
+                self._discovery = asyncio.ensure_future(self._discover())
+                self._discovery.add_done_callback(self._discovery_done)
+            # shielded: a cancelled request (deadline) must not cancel the discovery others wait on
+            self._served = await asyncio.shield(self._discovery)
+        return self._served
+
+    async def _discover(self) -> dict[str, ServedModel]:
+        with triton_call("the model repository"):
+            return await discover_models(self.runner)
+
+    def _discovery_done(self, task: asyncio.Task[dict[str, ServedModel]]) -> None:
+        self._discovery = None
+        if not task.cancelled():
+            task.exception()  # retrieved here: a failure is raised to the requests that awaited it
+
+    @contextmanager
+    def calling(self, what: str) -> Iterator[None]:
+        """A call of a served model: a failure is a 503, and what Triton serves is discovered again next time
+        (the model may have been unloaded, or Triton restarted)."""
+        try:
+            with triton_call(what):
+                yield
+        except ModelUnavailable:
+            self._served = None
+            raise
+
+    async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
+        served = await self.served()
+        if name in MODELS and name not in served:
+            served = await self.served(rediscover=True)  # loaded since, perhaps through another worker
+        return select_model(served, name, capability, version)
+
+    async def repository(self) -> list[RepositoryEntry]:
+        """Every catalogued graph in Triton's model repository, loaded or not, with its state."""
+        graph_owner = {
+            description.triton_name(graph.role): description for description in MODELS.values() for graph in description.graphs
+        }
+        with triton_call("the model repository"):
+            index = await self.runner.get_model_repository_index()
+        return [
+            RepositoryEntry(
+                model=graph_owner[entry["name"]].name,
+                triton_model=entry["name"],
+                version=int(entry["version"]) if entry.get("version") else None,
+                state=entry.get("state", "UNKNOWN"),
+                reason=entry.get("reason", ""),
+            )
+            for entry in index
+            if entry["name"] in graph_owner
+        ]
+
+    async def catalog(self) -> ModelsResponse:
+        """GET /models: what Triton serves now (rediscovered, so a change made through any worker shows)."""
+        served = await self.served(rediscover=True)
+        return ModelsResponse(
+            models=[
+                ModelInfo(
+                    name=name,
+                    version=model.version,
+                    versions=list(model.versions),
+                    summary=model.description.summary,
+                    capabilities=sorted(c.value for c in model.description.capabilities),
+                    max_length=model.description.max_length,
+                    hidden_size=model.sizes["hidden_size"],
+                    tokenizer=model.description.tokenizer.value,
+                )
+                for name, model in sorted(served.items())
+            ]
+        )
+
+    async def load(self, description: ModelDescription) -> None:
+        """Load (or reload) every graph of the model in Triton; a graph it cannot load is a ModelLoadFailed."""
+        await self._in_repository(description)
+        for name in self._triton_names(description):
+            try:
+                await self.runner.load_model(name)
+            except InferenceServerException as error:
+                self._served = None  # a failed reload leaves the model unloaded
+                raise ModelLoadFailed.at("model", f"Triton could not load {name}: {error.message()}") from None
+            except TRITON_ERRORS as error:
+                raise ModelUnavailable.at("model", f"Triton is not available right now: {error}") from None
+
+    async def unload(self, description: ModelDescription) -> None:
+        """Unload every graph of the model; requests for it are 422s from then on, in every worker."""
+        await self._in_repository(description)
+        for name in self._triton_names(description):
+            with triton_call(name):
+                await self.runner.unload_model(name)
+
+    async def _in_repository(self, description: ModelDescription) -> None:
+        present = {entry.triton_model for entry in await self.repository()}
+        missing = [name for name in self._triton_names(description) if name not in present]
+        if missing:
+            raise UnknownModel.at("model", f"{description.name} is not in the model repository (no {', '.join(missing)})")
+
+    @staticmethod
+    def _triton_names(description: ModelDescription) -> list[str]:
+        return [description.triton_name(graph.role) for graph in description.graphs]

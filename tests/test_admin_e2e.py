@@ -1,0 +1,153 @@
+"""The admin endpoints: absent without BIONEMO_ADMIN_TOKEN, 401 without the token, and real loads and unloads in
+Triton with it; the public API can change nothing, and neither can anyone at Triton's own port without them."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+
+from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
+from reference import TransformersReference
+
+TOKEN = secrets.token_hex(32)
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+SEQUENCE = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
+BROKEN = "esm1nv"
+"""Its ONNX file in the test's repository is not ONNX: Triton cannot load it."""
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default models, linked, and a copy of esm1nv whose model file is garbage."""
+    folder = tmp_path_factory.mktemp("repository")
+    for model in DEFAULT_REPOSITORY.iterdir():
+        if model.is_dir() and model.name != BROKEN:
+            (folder / model.name).symlink_to(model, target_is_directory=True)
+    shutil.copytree(DEFAULT_REPOSITORY / BROKEN, folder / BROKEN, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / BROKEN / "1" / "model.onnx").write_bytes(b"not an onnx model")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def admin_service(repository: Path) -> Iterator[RunningService]:
+    """Two API workers (an admin change made through one must reach the other); only esm2nv loaded at start."""
+    running = start_launcher(
+        {
+            "BIONEMO_MODEL_REPOSITORY": str(repository),
+            "BIONEMO_MODELS": "esm2nv",
+            "BIONEMO_ADMIN_TOKEN": TOKEN,
+            "BIONEMO_API_WORKERS": "2",
+        }
+    )
+    yield running
+    stop_service(running)
+
+
+def call(service: RunningService, path: str, body: Any = None, headers: dict[str, str] | None = None) -> requests.Response:
+    return requests.post(f"{service.url}{path}", json=body, headers=headers, timeout=120)
+
+
+def served(service: RunningService) -> set[str]:
+    response = requests.get(f"{service.url}/models", timeout=30)
+    assert response.status_code == 200, response.text
+    return {model["name"] for model in response.json()["models"]}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [None, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}],
+    ids=["no header", "wrong token", "other scheme", "no scheme"],
+)
+@pytest.mark.parametrize("path", ["/admin/repository", "/admin/load", "/admin/unload"])
+def test_admin_endpoints_need_the_token(admin_service: RunningService, path: str, headers: dict[str, str] | None) -> None:
+    response = call(admin_service, path, {"model": "prott5nv"}, headers)
+    assert response.status_code == 401, response.text
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    (detail,) = response.json()["error"]["details"]
+    assert detail["field"] == "authorization"
+    assert TOKEN not in response.text
+    assert served(admin_service) == {"esm2nv"}
+
+
+def test_repository_lists_loaded_and_unloaded_models(admin_service: RunningService) -> None:
+    response = requests.get(f"{admin_service.url}/admin/repository", headers=ADMIN, timeout=30)
+    assert response.status_code == 200, response.text
+    states = {entry["triton_model"]: entry for entry in response.json()["entries"]}
+    assert set(states) == {"esm1nv", "esm2nv", "prott5nv", "megamolbart_encoder", "megamolbart_decoder"}
+    assert states["esm2nv"]["state"] == "READY" and states["esm2nv"]["version"] == 1
+    assert states["prott5nv"]["state"] != "READY" and states["prott5nv"]["model"] == "prott5nv"
+
+
+def embed_concurrently(service: RunningService, model: str, requests_sent: int = 12) -> list[requests.Response]:
+    """Concurrent /embed calls, so that both API workers take some (each keeps its own list of served models)."""
+    with ThreadPoolExecutor(max_workers=requests_sent) as pool:
+        return list(pool.map(lambda _: call(service, "/embed", {"model": model, "sequences": [SEQUENCE]}), range(requests_sent)))
+
+
+def test_load_and_unload_change_what_every_worker_serves(admin_service: RunningService) -> None:
+    assert {answer.status_code for answer in embed_concurrently(admin_service, "prott5nv")} == {422}
+
+    loaded = call(admin_service, "/admin/load", {"model": "prott5nv"}, ADMIN)
+    assert loaded.status_code == 200, loaded.text
+    assert {model["name"] for model in loaded.json()["models"]} == {"esm2nv", "prott5nv"}
+    expected = TransformersReference("prott5nv").mean_embedding(SEQUENCE)
+    for embedded in embed_concurrently(admin_service, "prott5nv"):
+        assert embedded.status_code == 200, embedded.text
+        assert np.abs(np.asarray(embedded.json()["embeddings"][0]) - expected).max() < 1e-4
+
+    unloaded = call(admin_service, "/admin/unload", {"model": "prott5nv"}, ADMIN)
+    assert unloaded.status_code == 200, unloaded.text
+    assert {model["name"] for model in unloaded.json()["models"]} == {"esm2nv"}
+    # A worker that still lists the model learns from the failed Triton calls: 503s, then never again.
+    first = [answer.status_code for answer in embed_concurrently(admin_service, "prott5nv")]
+    assert set(first) <= {422, 503}, first
+    then = embed_concurrently(admin_service, "prott5nv")
+    assert {answer.status_code for answer in then} == {422}, [answer.text for answer in then]
+    assert then[0].json()["error"]["details"][0]["field"] == "model"
+    assert served(admin_service) == served(admin_service) == {"esm2nv"}
+    assert call(admin_service, "/embed", {"model": "esm2nv", "sequences": [SEQUENCE]}).status_code == 200
+
+
+def test_a_model_triton_cannot_load_is_a_502_with_its_reason(admin_service: RunningService) -> None:
+    response = call(admin_service, "/admin/load", {"model": BROKEN}, ADMIN)
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["type"] == "model_load_failed" and error["details"][0]["field"] == "model"
+    assert BROKEN in error["message"]
+    assert served(admin_service) == {"esm2nv"}
+    assert call(admin_service, "/embed", {"model": "esm2nv", "sequences": [SEQUENCE]}).status_code == 200
+
+
+@pytest.mark.parametrize("body", [{"model": "esm9"}, {"model": "../esm2nv"}, {"model": "esm2nv/1"}, {}, {"model": 1}])
+def test_admin_requests_name_only_catalogued_models(admin_service: RunningService, body: dict[str, Any]) -> None:
+    response = call(admin_service, "/admin/load", body, ADMIN)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == "model"
+
+
+def test_without_the_token_setting_there_is_no_admin_api(service: RunningService) -> None:
+    for path in ("/admin/repository", "/admin/load", "/admin/unload"):
+        assert call(service, path, {"model": "esm2nv"}, ADMIN).status_code == 404
+    paths = requests.get(f"{service.url}/docs.json", timeout=30).json()["paths"]
+    assert not [path for path in paths if "admin" in path or "load" in path or "repository" in path]
+
+
+def test_without_the_admin_api_triton_itself_refuses_to_load_or_unload(service: RunningService) -> None:
+    """Not even a process on this host that reaches Triton's loopback port can change the models."""
+    for action in ("load", "unload"):
+        response = requests.post(f"http://{service.triton_url}/v2/repository/models/esm2nv/{action}", timeout=30)
+        assert response.status_code >= 400 and "not allowed" in response.text, response.text
+    assert served(service) >= {"esm2nv"}
+
+
+def test_the_admin_api_is_in_the_openapi_document_when_enabled(admin_service: RunningService) -> None:
+    paths = requests.get(f"{admin_service.url}/docs.json", timeout=30).json()["paths"]
+    assert {"/admin/repository", "/admin/load", "/admin/unload"} <= set(paths)
