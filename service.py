@@ -61,14 +61,15 @@ generator = MoleculeGenerator(engine)
 @endpoint("/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
 async def embed(request: EmbedRequest) -> EmbedResponse:
     """One embedding per sequence: by default the mean of the final hidden states over the residues."""
-    model, vectors = await engine.embed(request)
+    embedded = await engine.embed(request)
     return EmbedResponse(
-        model=model.name,
-        model_version=model.version,
-        dim=vectors.shape[1],
+        model=embedded.model.name,
+        model_version=embedded.model.version,
+        dim=embedded.vectors.shape[1],
         encoding_format=request.encoding_format,
         dtype=request.dtype,
-        embeddings=encode_arrays(vectors, request.encoding_format, request.dtype),
+        embeddings=encode_arrays(embedded.vectors, request.encoding_format, request.dtype),
+        truncated=embedded.truncated,
     )
 
 
@@ -79,8 +80,7 @@ async def embed(request: EmbedRequest) -> EmbedResponse:
 )
 async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
     """The embeddings of /embed as one float32 array [batch, dim]."""
-    _, vectors = await engine.embed(request)
-    return vectors
+    return (await engine.embed(request)).vectors
 
 
 @endpoint("/hidden", ValidatedJSON(pydantic_model=HiddenRequest), JSONOutput(pydantic_model=HiddenResponse))

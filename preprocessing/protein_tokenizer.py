@@ -79,11 +79,12 @@ class ProteinTokenizer:
         """Where a whole-sequence token (<cls>) sits, if the model has one."""
         return 0 if len(self.prefix_ids) else None
 
-    def encode(self, sequence: str, index: int = 0) -> np.ndarray:
-        """Token ids of one sequence without padding; `index` names it in errors."""
+    def encode(self, sequence: str, index: int = 0, truncate: bool = False) -> np.ndarray:
+        """Token ids of one sequence without padding; `index` names it in errors. A sequence over the limit is an
+        error, or with `truncate` its first `max_residues` residues (every character is checked either way)."""
         if not sequence:
             raise SequenceError(index, "sequence is empty")
-        if len(sequence) > self.max_residues:
+        if self.is_over_limit(sequence) and not truncate:
             raise SequenceError(
                 index, f"sequence has {len(sequence)} residues; this model accepts at most {self.max_residues}"
             )
@@ -95,7 +96,10 @@ class ProteinTokenizer:
         if unknown.size:
             position = int(unknown[0])
             raise SequenceError(index, self._bad_character_message(sequence[position], position))
-        return self.wrap(residue_ids)
+        return self.wrap(residue_ids[: self.max_residues])
+
+    def is_over_limit(self, sequence: str) -> bool:
+        return len(sequence) > self.max_residues
 
     def batch(self, sequences: list[str]) -> TokenBatch:
         """Tokenize and right-pad `sequences`; the first bad sequence raises `SequenceError`."""

@@ -73,8 +73,9 @@ class SmilesTokenizer:
     def split(self, smiles: str) -> list[str]:
         return SMILES_REGEX.findall(smiles)
 
-    def encode(self, smiles: str, index: int = 0) -> np.ndarray:
-        """Token ids of one SMILES for the encoder (no begin or end token); `index` names it in errors."""
+    def encode(self, smiles: str, index: int = 0, truncate: bool = False) -> np.ndarray:
+        """Token ids of one SMILES for the encoder (no begin or end token); `index` names it in errors. A SMILES
+        over the limit is an error, or with `truncate` its first `max_tokens` tokens (the whole is checked)."""
         if not smiles:
             raise SequenceError(index, "SMILES is empty")
         if canonical_smiles(smiles) is None:
@@ -83,9 +84,12 @@ class SmilesTokenizer:
         unknown = [token for token in tokens if token not in self.ids or self.ids[token] < FIRST_CHEMISTRY_ID]
         if unknown:
             raise SequenceError(index, f"token {unknown[0]!r} is not in MegaMolBART's vocabulary")
-        if len(tokens) > self.max_tokens:
+        if len(tokens) > self.max_tokens and not truncate:
             raise SequenceError(index, f"SMILES has {len(tokens)} tokens; this model accepts at most {self.max_tokens}")
-        return np.array([self.ids[token] for token in tokens], dtype=np.int64)
+        return np.array([self.ids[token] for token in tokens[: self.max_tokens]], dtype=np.int64)
+
+    def is_over_limit(self, smiles: str) -> bool:
+        return len(self.split(smiles)) > self.max_tokens
 
     def wrap(self, content_ids: np.ndarray) -> np.ndarray:
         """The encoder input for a run of content tokens: the tokens alone."""

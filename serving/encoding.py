@@ -20,12 +20,23 @@ from serving.protocol import (
     HiddenRequest,
     HiddenResponse,
     Pooling,
+    SequencesRequest,
 )
 from serving.triton_models import ServedModel
 
 UNCOMPRESSED = {"Accept-Encoding": "identity"}
 """The runner's aiohttp session offers gzip by default, and Triton then gzips every output tensor (megabytes
 of hidden states) for the worker next to it to unzip: 93-178 ms per request in `make bench`."""
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    model: ServedModel
+    """The model at the version that computed them."""
+    vectors: np.ndarray
+    """[batch, dim] float32, in input order."""
+    truncated: list[int]
+    """Indices of the inputs cut to the model's limit, as the request asked."""
 
 
 @dataclass(frozen=True)
@@ -46,21 +57,22 @@ class EncoderEngine:
     async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
         return await self.registry.model(name, capability, version)
 
-    async def embed(self, request: EmbedRequest) -> tuple[ServedModel, np.ndarray]:
-        """The model (at the version used) and its [batch, dim] float32 embeddings in input order."""
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """The model (at the version used), its [batch, dim] float32 embeddings in input order, what was cut."""
         model = await self.model(request.model, Capability.EMBED, request.model_version)
         tokenizer = self.tokenizers[model.name]
         if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
             raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
         # The graph pools: over the residues (mean), or over <cls> alone, which is that token's state.
         at_cls = request.pooling is Pooling.CLS
-        rows = self.tokenize(model, request.sequences)
+        rows = self.tokenize(model, request.sequences, truncate=request.truncate)
         vectors = np.stack(await self.run_encoder(model, rows, "embeddings", pool_at_summary=at_cls))
-        return model, l2_normalize(vectors) if request.normalize else vectors
+        vectors = l2_normalize(vectors) if request.normalize else vectors
+        return Embeddings(model, vectors, self.truncated(model, request))
 
     async def hidden(self, request: HiddenRequest) -> HiddenResponse:
         model = await self.model(request.model, Capability.HIDDEN, request.model_version)
-        encoded = await self.encode(model, request.sequences)
+        encoded = await self.encode(model, request.sequences, truncate=request.truncate)
         return HiddenResponse(
             model=model.name,
             model_version=model.version,
@@ -69,11 +81,14 @@ class EncoderEngine:
             dtype=request.dtype,
             hiddens=encode_arrays(encoded.hidden_states, request.encoding_format, request.dtype),
             mask=encoded.attention_mask.tolist(),
+            truncated=self.truncated(model, request),
         )
 
-    async def encode(self, model: ServedModel, sequences: list[str], field: str = "sequences") -> Encoded:
+    async def encode(
+        self, model: ServedModel, sequences: list[str], field: str = "sequences", truncate: bool | None = None
+    ) -> Encoded:
         """Every input's hidden states, zero-padded to the longest, with the mask of real tokens."""
-        rows = self.tokenize(model, sequences, field)
+        rows = self.tokenize(model, sequences, field, truncate)
         states = await self.run_encoder(model, rows, "hidden_states")
         batch = self.tokenizers[model.name].pad(rows)
         hidden_states = np.zeros(batch.input_ids.shape + states[0].shape[1:], dtype=np.float32)
@@ -81,18 +96,31 @@ class EncoderEngine:
             hidden_states[index, : len(tokens)] = row[: len(tokens)]  # the chunk's bucket padding is dropped
         return Encoded(hidden_states, batch.attention_mask)
 
-    def tokenize(self, model: ServedModel, sequences: list[str], field: str = "sequences") -> list[np.ndarray]:
-        """Token ids of every input; every problem is reported at once, under `field`."""
+    def tokenize(
+        self, model: ServedModel, sequences: list[str], field: str = "sequences", truncate: bool | None = None
+    ) -> list[np.ndarray]:
+        """Token ids of every input; every problem is reported at once, under `field`.
+
+        `truncate`: the request's choice for inputs over the length limit; None where it has none to make.
+        """
         tokenizer = self.tokenizers[model.name]
         rows, problems = [], []
         for index, sequence in enumerate(sequences):
             try:
-                rows.append(tokenizer.encode(sequence, index))
+                rows.append(tokenizer.encode(sequence, index, truncate=bool(truncate)))
             except SequenceError as error:
-                problems.append(FieldProblem(f"{field}[{error.index}]", error.message))
+                hint = ' (or send "truncate": true)' if truncate is False and tokenizer.is_over_limit(sequence) else ""
+                problems.append(FieldProblem(f"{field}[{error.index}]", error.message + hint))
         if problems:
             raise InvalidRequest(problems)
         return rows
+
+    def truncated(self, model: ServedModel, request: SequencesRequest) -> list[int]:
+        """Which of the request's sequences were cut to the model's limit (it asked for it)."""
+        if not request.truncate:
+            return []
+        tokenizer = self.tokenizers[model.name]
+        return [index for index, sequence in enumerate(request.sequences) if tokenizer.is_over_limit(sequence)]
 
     async def run_encoder(
         self, model: ServedModel, rows: list[np.ndarray], output: str, pool_at_summary: bool = False

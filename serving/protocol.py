@@ -38,6 +38,11 @@ class SequencesRequest(_Strict):
     )
     model: StrictStr = Field(default=DEFAULT_MODEL, description="A served model name (see GET /models).")
     model_version: ModelVersion = None
+    truncate: StrictBool = Field(
+        default=False,
+        description="A sequence over the model's length limit is a 422; with true, its first `max_length` residues "
+        "(or SMILES tokens) are used instead, and the answer's `truncated` lists it.",
+    )
 
 
 class EncodingFormat(str, enum.Enum):
@@ -73,6 +78,11 @@ class EmbedRequest(VectorsRequest):
     normalize: StrictBool = Field(default=False, description="Scale each embedding to unit L2 norm.")
 
 
+TruncatedIndices = Annotated[
+    list[int], Field(description="Indices of the input sequences cut to the model's length limit (only with `truncate`).")
+]
+
+
 class EmbedResponse(BaseModel):
     model: str = Field(description="The model that computed the embeddings.")
     model_version: int = Field(description="The version of the model that computed them.")
@@ -82,6 +92,7 @@ class EmbedResponse(BaseModel):
     embeddings: list[list[float]] | list[str] = Field(
         description="One vector per input sequence, in input order: numbers, or base64 (see encoding_format)."
     )
+    truncated: TruncatedIndices
 
 
 class HiddenRequest(VectorsRequest):
@@ -100,6 +111,7 @@ class HiddenResponse(BaseModel):
         "array per sequence."
     )
     mask: list[list[int]] = Field(description="[batch, length]: 1 at real tokens, 0 at padding.")
+    truncated: TruncatedIndices
 
 
 class ModelInfo(BaseModel):

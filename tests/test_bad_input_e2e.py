@@ -22,7 +22,15 @@ BAD_INPUTS = [
     pytest.param({"sequences": ["MKT", 5]}, 422, "sequences[1]", "valid string", id="number-in-list"),
     pytest.param({"sequences": ["MKT", ""]}, 422, "sequences[1]", "sequence is empty", id="empty-sequence"),
     pytest.param({"sequences": ["MKT", "MKJL"]}, 422, "sequences[1]", "character 'J' at position 2", id="bad-char"),
-    pytest.param({"sequences": ["A" * (ESM2_LIMIT + 1)]}, 422, "sequences[0]", f"at most {ESM2_LIMIT}", id="too-long"),
+    pytest.param(
+        {"sequences": ["A" * (ESM2_LIMIT + 1)]}, 422, "sequences[0]", f"at most {ESM2_LIMIT} (or send \"truncate\": true)",
+        id="too-long",
+    ),
+    pytest.param({"sequences": ["MKT"], "truncate": "yes"}, 422, "truncate", "valid boolean", id="bad-truncate"),
+    pytest.param(
+        {"sequences": ["A" * ESM2_LIMIT + "J"], "truncate": True}, 422, "sequences[0]", f"'J' at position {ESM2_LIMIT}",
+        id="truncate-checks-the-whole-sequence",
+    ),
     pytest.param({"sequences": ["A" * 511], "model": "esm1nv"}, 422, "sequences[0]", "at most 510", id="too-long-esm1"),
     pytest.param({"sequences": ["MKT"] * 65}, 422, "sequences", "at most 64 items", id="too-many"),
     pytest.param({"sequences": ["MKT"], "model": "esm9"}, 422, "model", "'esm9' is not served", id="unknown-model"),

@@ -11,6 +11,7 @@ import requests
 
 from conftest import RunningService
 from preprocessing.smiles import SmilesTokenizer, canonical_smiles, tanimoto_similarity
+from model_catalog import MODELS
 from reference import TransformersReference
 
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "F/C=C/F", "[C@@H](Cl)(Br)I"]
@@ -36,6 +37,18 @@ def test_embed_and_hidden_match_transformers(service: RunningService, reference:
         assert np.abs(np.asarray(vector) - expected.mean(axis=0)).max() < TOLERANCE
         assert mask[row].sum() == len(expected)
         assert np.abs(hiddens[row, : len(expected)] - expected).max() < TOLERANCE
+
+
+def test_truncate_cuts_a_long_smiles_to_its_first_tokens(service: RunningService, reference: TransformersReference) -> None:
+    limit = MODELS["megamolbart"].max_length
+    chain = "C" * (limit + 20)  # a valid SMILES (an alkane) of limit + 20 tokens
+    refused = post(service, "/embed", {"model": "megamolbart", "sequences": [chain]})
+    assert refused.status_code == 422 and f"at most {limit}" in refused.text, refused.text
+    embedded = post(service, "/embed", {"model": "megamolbart", "sequences": [chain], "truncate": True})
+    assert embedded.status_code == 200, embedded.text
+    assert embedded.json()["truncated"] == [0]
+    expected = reference.hidden_states(chain[:limit]).mean(axis=0)
+    assert np.abs(np.asarray(embedded.json()["embeddings"][0]) - expected).max() < TOLERANCE
 
 
 def greedy_reference(reference: TransformersReference, hiddens: np.ndarray, mask: np.ndarray, steps: int) -> list[str]:

@@ -81,6 +81,24 @@ def test_normalized_ndarray_embeddings(service: RunningService, model: str, refe
         assert np.abs(vector - expected / np.linalg.norm(expected)).max() < TOLERANCE
 
 
+def test_truncate_uses_the_first_residues_and_says_which(
+    service: RunningService, model: str, reference: TransformersReference
+) -> None:
+    limit = MODELS[model].max_length
+    rng = np.random.default_rng(5)
+    over = "".join(rng.choice(list(STANDARD_RESIDUES), size=limit + 37))
+    body = {"sequences": ["MKTAYIAKQR", over], "model": model, "truncate": True}
+    embedded, hidden = post(service, "/embed", body), post(service, "/hidden", body)
+    assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
+    assert embedded.json()["truncated"] == hidden.json()["truncated"] == [1]
+    expected = reference.hidden_states(over[:limit])
+    assert np.abs(np.asarray(embedded.json()["embeddings"][1]) - expected[reference.residues].mean(axis=0)).max() < TOLERANCE
+    assert sum(hidden.json()["mask"][1]) == len(expected)
+    assert np.abs(np.asarray(hidden.json()["hiddens"][1])[: len(expected)] - expected).max() < TOLERANCE
+    assert post(service, "/embed", {**body, "truncate": False}).status_code == 422
+    assert post(service, "/embed", {**body, "sequences": ["MKTAYIAKQR"]}).json()["truncated"] == []
+
+
 def test_cls_pooling_is_the_first_token(service: RunningService) -> None:
     reference = TransformersReference("esm2nv")
     sequences = random_sequences(2, seed=3)

@@ -7,7 +7,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from model_catalog import MODELS, TokenizerKind
-from preprocessing import ProteinTokenizer, SequenceError, l2_normalize, tokenizer_for
+from preprocessing import ProteinTokenizer, SequenceError, SmilesTokenizer, l2_normalize, tokenizer_for
 from preprocessing.batching import bucket_width, bucketed_chunks
 from preprocessing.protein_tokenizer import RESIDUES
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
@@ -82,6 +82,23 @@ def test_bad_sequences_name_the_problem(sequence: str, message: str) -> None:
     with pytest.raises(SequenceError, match=message) as raised:
         tokenizer.batch(["MK", sequence])
     assert raised.value.index == 1
+
+
+def test_truncate_keeps_the_first_residues_and_checks_them_all() -> None:
+    tokenizer = ProteinTokenizer(tokenizer_for(MODELS["esm2nv"]).vocabulary, max_residues=10)
+    assert tokenizer.encode("MKTAYIAKQRQISFVK", truncate=True).tolist() == tokenizer.encode("MKTAYIAKQR").tolist()
+    assert tokenizer.is_over_limit("A" * 11) and not tokenizer.is_over_limit("A" * 10)
+    with pytest.raises(SequenceError, match="'J' at position 12"):
+        tokenizer.encode("MKTAYIAKQRQIJ", truncate=True)
+
+
+def test_smiles_truncate_keeps_the_first_tokens_of_a_valid_smiles() -> None:
+    tokenizer = SmilesTokenizer(max_tokens=4)
+    assert tokenizer.encode("CCOc1ccccc1", truncate=True).tolist() == [tokenizer.ids[token] for token in "CCOc"]
+    with pytest.raises(SequenceError, match="5 tokens; this model accepts at most 4"):
+        tokenizer.encode("CCOCC")
+    with pytest.raises(SequenceError, match="not a valid SMILES"):
+        tokenizer.encode("CCOc1cc", truncate=True)
 
 
 def test_l2_normalize() -> None:
