@@ -1,10 +1,11 @@
 """`python -m tritonserver_setup [--check-timeout S]`: provision tritonserver, then prove it loads a python model.
 
-Where a tritonserver is already installed (the tritonserver image has
-/opt/tritonserver/bin), `.venv/bin/tritonserver` points at it. Otherwise it is
-a wrapper around the binary bundled in nvidia-pytriton, with the python
-backend stub of this interpreter's version in place. A stub of the wrong
-version makes tritonserver hang while loading, so the check has a timeout.
+`<venv>/bin/tritonserver` is a wrapper that runs the server in a process group
+of its own and ends the python backend stubs with it. It wraps the tritonserver
+already installed, if any (the tritonserver image has /opt/tritonserver/bin),
+and otherwise the binary bundled in nvidia-pytriton, with the python backend
+stub of this interpreter's version in place. A stub of the wrong version makes
+tritonserver hang while loading, so the check has a timeout.
 """
 
 from __future__ import annotations
