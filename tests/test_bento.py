@@ -30,6 +30,9 @@ from conftest import ROOT, RunningService, start_service, stop_service
 from model_catalog import MODELS
 from reference import TransformersReference
 
+PROVISION_STEP = re.compile(
+    r"^RUN (cd /home/bentoml/bento/src && /app/\.venv/bin/python .*-m tritonserver_setup --no-check)$", re.MULTILINE
+)
 BASE_IMAGE = re.compile(r"^FROM (nvcr\.io/nvidia/tritonserver:\d\d\.\d\d-py3) AS base-container$", re.MULTILINE | re.IGNORECASE)
 
 
@@ -78,8 +81,13 @@ def cpu_bento(bento_home: Path) -> Path:
     return build(bento_home, "cpu")
 
 
-def test_dockerfile_builds_on_tritonserver_with_its_python_and_our_entrypoint(bento_home: Path, cpu_bento: Path) -> None:
-    dockerfile = containerfile(bento_home, cpu_bento)
+@pytest.fixture(scope="module")
+def dockerfile(bento_home: Path, cpu_bento: Path) -> str:
+    """The cpu bento's generated Dockerfile."""
+    return containerfile(bento_home, cpu_bento)
+
+
+def test_dockerfile_builds_on_tritonserver_with_its_python_and_our_entrypoint(dockerfile: str, cpu_bento: Path) -> None:
     bentofile = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
     image = BASE_IMAGE.search(dockerfile)
     assert image and image.group(1) == bentofile["docker"]["base_image"]
@@ -92,6 +100,36 @@ def test_dockerfile_builds_on_tritonserver_with_its_python_and_our_entrypoint(be
     entrypoints = re.findall(r"^ENTRYPOINT \[ \"(.+)\" \]$", dockerfile, re.MULTILINE)
     assert entrypoints[-1] == "/home/bentoml/bento/src/container/entrypoint.sh"
     assert os.access(cpu_bento / "src" / "container" / "entrypoint.sh", os.X_OK)
+
+
+def test_image_starts_its_tritonserver_through_the_wrapper(dockerfile: str, cpu_bento: Path, tmp_path: Path) -> None:
+    """The image's provisioning step, run here as the Dockerfile has it: the bento's own tritonserver_setup, a bare
+    venv in place of /app/.venv, a fake installed tritonserver in place of the image's."""
+    step = PROVISION_STEP.search(dockerfile)
+    assert step, "no step writes the wrapper into /app/.venv/bin"
+    bento_copied = dockerfile.index("COPY --chown=bentoml:bentoml . ./")
+    assert bento_copied < step.start() < dockerfile.rindex("\nENTRYPOINT ")
+    venv = tmp_path / "app-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    installed = tmp_path / "installed"
+    installed.mkdir()
+    fake = installed / "tritonserver"
+    calls = tmp_path / "calls"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\n')
+    fake.chmod(0o755)
+    image_like = dict(os.environ, PATH=os.pathsep.join([str(venv / "bin"), str(installed), os.environ["PATH"]]))
+
+    command = step.group(1).replace("/home/bentoml/bento", str(cpu_bento)).replace("/app/.venv", str(venv))
+    provisioned = subprocess.run(
+        ["bash", "-c", command], env=image_like, check=False, capture_output=True, text=True, timeout=60
+    )
+    assert provisioned.returncode == 0, provisioned.stderr
+    wrapper = venv / "bin" / "tritonserver"
+    assert provisioned.stdout == f"tritonserver: {wrapper} (wrapper around installed {fake})\n"
+    assert not calls.exists(), "provisioning started the server"
+    # BentoML finds the wrapper first on PATH; it runs the installed server with the arguments it is given.
+    started = subprocess.run(["tritonserver", "--version"], env=image_like, check=False, timeout=60)
+    assert started.returncode == 0 and calls.read_text() == "--version\n"
 
 
 def test_bento_installs_the_lock_resolved_for_the_image_python(cpu_bento: Path) -> None:

@@ -1,8 +1,9 @@
-"""Install `<venv>/bin/tritonserver`: a link to an installed server, or a wrapper around PyTriton's."""
+"""Install `<venv>/bin/tritonserver`: a wrapper around an installed server, or around PyTriton's."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -20,16 +21,48 @@ def venv_bin() -> Path:
 
 
 def _installed_server(target: Path) -> Path | None:
-    """A tritonserver installed outside this environment, if any."""
-    search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != target.parent)
+    """A tritonserver installed outside the folder of `target`, if any (never the wrapper itself)."""
+    own_folder = target.parent.resolve()
+    search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p).resolve() != own_folder)
     found = shutil.which("tritonserver", path=search)
     if found:
         return Path(found)
     return INSTALLED_SERVER if INSTALLED_SERVER.is_file() else None
 
 
-def _pytriton_wrapper(target: Path) -> str:
-    """Shell wrapper around the tritonserver binary that nvidia-pytriton ships."""
+def _supervising_wrapper(about: str, environment: list[str], server: list[str]) -> str:
+    """Bash script that runs `server "$@"` and, however the server ends, ends the python backend stubs with it.
+
+    One script for every tritonserver: the stubs (one process per model instance) ignore SIGTERM, so a server
+    killed outright leaves them running, reparented to init, each holding its model's memory.
+    """
+    environment_lines = "".join(f"{line}\n" for line in environment)
+    return f"""#!/usr/bin/env bash
+# Written by `python -m tritonserver_setup`: {about}.
+{environment_lines}# tritonserver runs in a process group of its own (job control), so that the python backend stubs
+# it starts end with it however it ends: the stubs of a killed server otherwise live on, each holding a model's memory.
+set -m
+{shlex.join(server)} "$@" &
+server=$!
+trap 'kill -TERM "$server" 2>/dev/null' TERM INT
+wait "$server"
+status=$?
+while kill -0 "$server" 2>/dev/null; do  # a trapped signal ended the wait, not the server
+    wait "$server"
+    status=$?
+done
+kill -KILL -- "-$server" 2>/dev/null
+exit "$status"
+"""
+
+
+def _installed_wrapper(installed: Path) -> str:
+    """Wrapper around an installed tritonserver, which runs as it is, in the environment it is started with."""
+    return _supervising_wrapper(f"the installed {installed}", [], [str(installed)])
+
+
+def _pytriton_wrapper() -> str:
+    """Wrapper around the tritonserver binary that nvidia-pytriton ships."""
     try:
         import pytriton
     except ImportError as error:
@@ -56,40 +89,36 @@ def _pytriton_wrapper(target: Path) -> str:
         link.symlink_to(source)
 
     library_dirs = [sysconfig.get_config_var("LIBDIR"), str(bundle.parent.parent / "nvidia_pytriton.libs")]
-    return f"""#!/usr/bin/env bash
-# Written by `python -m tritonserver_setup`: tritonserver from nvidia-pytriton, python backend stub for Python {python_version}.
-# The stub embeds libpython and finds this environment's packages through the python3 first on PATH.
-export PATH="{target.parent}:$PATH"
-export LD_LIBRARY_PATH="{':'.join(library_dirs)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
-# tritonserver runs in a process group of its own (job control), so that the python backend stubs it starts end
-# with it however it ends: the stubs of a killed server otherwise live on, each holding its model's memory.
-set -m
-"{bundle / 'bin' / 'tritonserver'}" --backend-directory="{backends}" --cache-directory="{bundle / 'caches'}" "$@" &
-server=$!
-trap 'kill -TERM "$server" 2>/dev/null' TERM INT
-wait "$server"
-status=$?
-while kill -0 "$server" 2>/dev/null; do  # a trapped signal ended the wait, not the server
-    wait "$server"
-    status=$?
-done
-kill -KILL -- "-$server" 2>/dev/null
-exit "$status"
-"""
+    return _supervising_wrapper(
+        f"tritonserver from nvidia-pytriton, python backend stub for Python {python_version}",
+        [
+            "# The stub embeds libpython and finds this environment's packages through the python3 first on PATH.",
+            f'export PATH="{venv_bin()}:$PATH"',
+            f'export LD_LIBRARY_PATH="{":".join(library_dirs)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
+        ],
+        [
+            str(bundle / "bin" / "tritonserver"),
+            f"--backend-directory={backends}",
+            f"--cache-directory={bundle / 'caches'}",
+        ],
+    )
 
 
-def provision() -> tuple[Path, str]:
-    """Create or refresh `<venv>/bin/tritonserver`; idempotent. Returns its path and where it comes from."""
-    target = venv_bin() / "tritonserver"
-    existing = _installed_server(target)
-    if existing is not None:
-        if target.is_symlink() or target.exists():
-            target.unlink()
-        target.symlink_to(existing)
-        return target, f"link to installed {existing}"
-    script = _pytriton_wrapper(target)
-    if target.is_symlink():
-        target.unlink()
-    target.write_text(script)
-    target.chmod(0o755)
-    return target, "wrapper around nvidia-pytriton's tritonserver"
+def provision(bin_dir: Path | None = None) -> tuple[Path, str]:
+    """Create or refresh `tritonserver` in `bin_dir` (this environment's bin by default); idempotent.
+
+    Returns its path and where it comes from.
+    """
+    target = (bin_dir or venv_bin()) / "tritonserver"
+    installed = _installed_server(target)
+    if installed is not None:
+        script, origin = _installed_wrapper(installed), f"wrapper around installed {installed}"
+    else:
+        script, origin = _pytriton_wrapper(), "wrapper around nvidia-pytriton's tritonserver"
+    # Written aside, then renamed over the target: never through an earlier link into the installed binary, and
+    # a wrapper that is running (bash reads its script as it goes) keeps reading the old file.
+    written = target.with_name(f".{target.name}.{os.getpid()}")
+    written.write_text(script)
+    written.chmod(0o755)
+    written.replace(target)
+    return target, origin
