@@ -47,8 +47,9 @@ test: install models
 	$(MAKE) --no-print-directory audit
 
 # The image's pins (container/requirements.lock) against OSV's advisories, with pip-audit: exit 1 on a known
-# vulnerability. Where the service is unreachable (a closed network) it prints `dependency audit NOT RUN` and passes,
-# unless AUDIT_REQUIRED=1. Through a mirror: `make audit AUDIT_OSV_URL=https://osv.example/v1/query`.
+# vulnerability or a pin left unaudited. Where the service is unreachable (a closed network, CI's too) it prints
+# `dependency audit NOT RUN` and passes, unless AUDIT_REQUIRED=1.
+# Through a mirror: `make audit AUDIT_OSV_URL=https://osv.example/v1/query AUDIT_REQUIRED=1`.
 AUDIT_OSV_URL ?= https://api.osv.dev/v1/query
 
 audit: $(INSTALLED)

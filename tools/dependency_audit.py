@@ -69,6 +69,7 @@ def probe(osv_url: str, name: str, version: Version) -> str | None:
 
 
 def run_pip_audit(lock: Path, osv_url: str, timeout_s: int) -> subprocess.CompletedProcess[str]:
+    """pip-audit's JSON on stdout; its own PyPI service would need PyPI's JSON API, which an index proxy lacks."""
     return subprocess.run(
         [sys.executable, "-m", "pip_audit", "-r", str(lock), "--no-deps", "--disable-pip", "-s", "osv",
          "--osv-url", osv_url, "-f", "json", "--aliases", "on", "--desc", "off", "--progress-spinner", "off",
@@ -78,7 +79,16 @@ def run_pip_audit(lock: Path, osv_url: str, timeout_s: int) -> subprocess.Comple
 
 
 def not_run(osv_url: str, error: str, required: bool) -> Outcome:
+    """Said in so many words: an audit that did not happen must not read as one that found nothing."""
     return Outcome(1 if required else 0, [f"dependency audit NOT RUN: {osv_url} unreachable ({error})"])
+
+
+def finding(entry: dict, vulnerability: dict) -> str:
+    """`package version: advisory ids (fix versions)`. All the ids: pip-audit makes a PYSEC or CVE alias the id, so
+    the OSV record's own id (a GHSA) may be among the aliases."""
+    advisories = ", ".join([vulnerability["id"], *sorted(vulnerability["aliases"])])
+    fixes = ", ".join(vulnerability["fix_versions"]) or "no fix released"
+    return f"{entry['name']} {entry['version']}: {advisories} ({fixes})"
 
 
 def judge(report: dict, pins: dict[str, Version], lock: Path, osv_url: str) -> Outcome:
@@ -88,9 +98,8 @@ def judge(report: dict, pins: dict[str, Version], lock: Path, osv_url: str) -> O
     skipped = {entry["name"]: entry["skip_reason"] for entry in dependencies if "skip_reason" in entry}
     audited = {entry["name"]: Version(entry["version"]) for entry in dependencies if "skip_reason" not in entry}
     findings = [
-        f"{entry['name']} {entry['version']}: {', '.join([vulnerability['id'], *sorted(vulnerability['aliases'])])}"
-        f" ({', '.join(vulnerability['fix_versions']) or 'no fix released'})"
-        for entry in dependencies if "skip_reason" not in entry for vulnerability in entry["vulns"]
+        finding(entry, vulnerability) for entry in dependencies if "skip_reason" not in entry
+        for vulnerability in entry["vulns"]
     ]  # fmt: skip
     not_audited = [f"not audited: {name} ({reason})" for name, reason in skipped.items()] + [
         f"not audited: {name} {version} (left out by pip-audit)"
@@ -104,6 +113,7 @@ def judge(report: dict, pins: dict[str, Version], lock: Path, osv_url: str) -> O
 
 
 def audit(lock: Path, osv_url: str, timeout_s: int, required: bool) -> Outcome:
+    """Probe with the lock's first pin, then pip-audit; its connection failures count as the probe's would."""
     pins = locked_pins(lock)
     if not pins:
         return Outcome(1, [f"dependency audit FAILED: no `name==version` pins in {lock}"])
