@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from model_catalog import ModelDescription, TokenizerKind
 from preprocessing.batching import TokenBatch
-from preprocessing.errors import SequenceError
+from preprocessing.errors import SequenceError, SequenceTooLong
 from preprocessing.pooling import l2_normalize
 from preprocessing.protein_tokenizer import ESM_VOCABULARY, PROTT5_VOCABULARY, ProteinTokenizer
 from preprocessing.smiles import SmilesTokenizer
@@ -23,6 +23,7 @@ def tokenizer_for(description: ModelDescription) -> Tokenizer:
 __all__ = [
     "ProteinTokenizer",
     "SequenceError",
+    "SequenceTooLong",
     "SmilesTokenizer",
     "TokenBatch",
     "Tokenizer",

@@ -8,3 +8,7 @@ class SequenceError(ValueError):
         super().__init__(message)
         self.index = index
         self.message = message
+
+
+class SequenceTooLong(SequenceError):
+    """One input is over the model's length limit: where a request may ask for truncation, it could have."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from preprocessing.batching import TokenBatch, pad_batch
-from preprocessing.errors import SequenceError
+from preprocessing.errors import SequenceError, SequenceTooLong
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 
 # Letters a protein sequence may contain: the 20 standard amino acids plus the
@@ -85,7 +85,7 @@ class ProteinTokenizer:
         if not sequence:
             raise SequenceError(index, "sequence is empty")
         if self.is_over_limit(sequence) and not truncate:
-            raise SequenceError(
+            raise SequenceTooLong(
                 index, f"sequence has {len(sequence)} residues; this model accepts at most {self.max_residues}"
             )
         if not sequence.isascii():

@@ -17,8 +17,8 @@ import numpy as np
 from rdkit import Chem, DataStructs, RDLogger
 from rdkit.Chem import rdFingerprintGenerator
 
-from preprocessing.errors import SequenceError
 from preprocessing.batching import TokenBatch, pad_batch
+from preprocessing.errors import SequenceError, SequenceTooLong
 from preprocessing.vocabularies import read_vocabulary
 
 RDLogger.DisableLog("rdApp.*")  # parse failures are answered to the client, not logged
@@ -85,7 +85,7 @@ class SmilesTokenizer:
         if unknown:
             raise SequenceError(index, f"token {unknown[0]!r} is not in MegaMolBART's vocabulary")
         if len(tokens) > self.max_tokens and not truncate:
-            raise SequenceError(index, f"SMILES has {len(tokens)} tokens; this model accepts at most {self.max_tokens}")
+            raise SequenceTooLong(index, f"SMILES has {len(tokens)} tokens; this model accepts at most {self.max_tokens}")
         return np.array([self.ids[token] for token in tokens[: self.max_tokens]], dtype=np.int64)
 
     def is_over_limit(self, smiles: str) -> bool:

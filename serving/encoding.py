@@ -10,7 +10,7 @@ import numpy as np
 import tritonclient.http.aio as triton_http
 
 from model_catalog import MODELS, Capability, GraphRole
-from preprocessing import SequenceError, Tokenizer, l2_normalize, tokenizer_for
+from preprocessing import SequenceError, SequenceTooLong, Tokenizer, l2_normalize, tokenizer_for
 from preprocessing.batching import bucketed_chunks
 from serving.errors import FieldProblem, InvalidRequest
 from serving.model_registry import ModelRegistry
@@ -109,7 +109,7 @@ class EncoderEngine:
             try:
                 rows.append(tokenizer.encode(sequence, index, truncate=bool(truncate)))
             except SequenceError as error:
-                hint = ' (or send "truncate": true)' if truncate is False and tokenizer.is_over_limit(sequence) else ""
+                hint = ' (or send "truncate": true)' if isinstance(error, SequenceTooLong) and truncate is False else ""
                 problems.append(FieldProblem(f"{field}[{error.index}]", error.message + hint))
         if problems:
             raise InvalidRequest(problems)

@@ -44,6 +44,10 @@ def test_truncate_cuts_a_long_smiles_to_its_first_tokens(service: RunningService
     chain = "C" * (limit + 20)  # a valid SMILES (an alkane) of limit + 20 tokens
     refused = post(service, "/embed", {"model": "megamolbart", "sequences": [chain]})
     assert refused.status_code == 422 and f"at most {limit}" in refused.text, refused.text
+    assert '(or send "truncate": true)' in refused.json()["error"]["message"]  # the way out is named
+    broken = post(service, "/embed", {"model": "megamolbart", "sequences": [chain + "("]})
+    assert broken.status_code == 422 and "not a valid SMILES" in broken.text, broken.text
+    assert "truncate" not in broken.text  # truncating would not mend it
     embedded = post(service, "/embed", {"model": "megamolbart", "sequences": [chain], "truncate": True})
     assert embedded.status_code == 200, embedded.text
     assert embedded.json()["truncated"] == [0]
