@@ -64,26 +64,33 @@ class ModelRegistry:
     def __init__(self, runner: Any) -> None:
         self.runner = runner
         self._served: dict[str, ServedModel] | None = None
-        self._discovery: asyncio.Task[dict[str, ServedModel]] | None = None
+        self._discovery: asyncio.Future[dict[str, ServedModel]] | None = None
+        self._discoveries_started = 0
 
     async def served(self, rediscover: bool = False) -> dict[str, ServedModel]:
-        """The models Triton serves: as last discovered, unless none are known yet or `rediscover`."""
-        if self._served is None or rediscover:
-            if self._discovery is None:
+        """The models Triton serves: as last discovered, unless none are known yet or `rediscover`.
+
+        With `rediscover` the answer comes from a look-up that starts after this call: one already under way
+        may predate the change the caller knows of (its own load, say).
+        """
+        if self._served is not None and not rediscover:
+            return self._served
+        newer_than = self._discoveries_started if rediscover else self._discoveries_started - 1
+        while True:
+            if self._discovery is None or self._discovery.done():
                 self._discovery = asyncio.ensure_future(self._discover())
-                self._discovery.add_done_callback(self._discovery_done)
-            # shielded: a cancelled request (deadline) must not cancel the discovery others wait on
-            self._served = await asyncio.shield(self._discovery)
-        return self._served
+                self._discovery.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
+                self._discoveries_started += 1
+            number, discovery = self._discoveries_started, self._discovery
+            # shielded: a cancelled request (its deadline) must not cancel the look-up others wait on
+            served = await asyncio.shield(discovery)
+            if number > newer_than:
+                self._served = served
+                return served
 
     async def _discover(self) -> dict[str, ServedModel]:
         with triton_call("the model repository"):
             return await discover_models(self.runner)
-
-    def _discovery_done(self, task: asyncio.Task[dict[str, ServedModel]]) -> None:
-        self._discovery = None
-        if not task.cancelled():
-            task.exception()  # retrieved here: a failure is raised to the requests that awaited it
 
     @contextmanager
     def calling(self, what: str) -> Iterator[None]:

@@ -32,10 +32,11 @@ class RepositoryRunner:
 
     async def get_model_repository_index(self) -> list[dict[str, str]]:
         self.index_calls += 1
+        index = [{"name": name, "version": "1", "state": "READY"} for name in sorted(self.loaded)]  # as asked
         await self.answer_after.wait()
         if not self.reachable:
             raise InferenceServerException("connection refused")
-        return [{"name": name, "version": "1", "state": "READY"} for name in sorted(self.loaded)]
+        return index
 
     async def get_model_config(self, name: str) -> dict[str, Any]:
         config = text_format.Parse((DEFAULT_REPOSITORY / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
@@ -93,6 +94,24 @@ def test_concurrent_requests_share_one_look_up_and_a_cancelled_one_does_not_end_
         answers = await asyncio.gather(*waiting[1:])
         assert runner.index_calls == 1
         assert all(set(answer) == {"esm2nv"} for answer in answers)
+
+    asyncio.run(scenario())
+
+
+def test_a_look_up_under_way_does_not_answer_one_asked_for_after_a_change() -> None:
+    async def scenario() -> None:
+        runner = RepositoryRunner({"esm2nv"})
+        registry = ModelRegistry(runner)
+        runner.answer_after.clear()
+        before = asyncio.ensure_future(registry.served())  # asks Triton, which has not answered yet
+        await asyncio.sleep(0.01)
+        runner.loaded.add("prott5nv")  # loaded meanwhile, e.g. by this worker's own /admin/load
+        after = asyncio.ensure_future(registry.served(rediscover=True))
+        await asyncio.sleep(0.01)
+        runner.answer_after.set()
+        assert "prott5nv" in await after
+        assert runner.index_calls == 2
+        await before
 
     asyncio.run(scenario())
 
