@@ -120,7 +120,7 @@ ADMIN_TOKEN = Setting(
     "BIONEMO_ADMIN_TOKEN",
     "",
     f"enables the admin endpoints (/admin/*), which require it as a Bearer token; at least {MIN_ADMIN_TOKEN_LENGTH} "
-    "characters, e.g. `openssl rand -hex 32`; unset: no admin endpoints, and Triton cannot load or unload models",
+    "characters, e.g. `openssl rand -hex 32`; unset: no admin endpoints",
     secret=True,
 )
 REQUEST_TIMEOUT = Setting("BIONEMO_REQUEST_TIMEOUT_S", "120", "seconds a request may take; past it a 504, its work cancelled")
