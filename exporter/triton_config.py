@@ -70,6 +70,8 @@ def build_config(
         accelerator.parameters["precision_mode"] = target.precision.value
     if graph.stateful:
         config.parameters["idle_seconds"].string_value = str(batching.cache_idle_seconds)
+    elif python_backend:
+        config.parameters["attention_budget"].string_value = str(batching.attention_budget)
     return config
 
 

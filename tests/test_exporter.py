@@ -36,6 +36,7 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
     assert config.version_policy.latest.num_versions == 1 and not config.HasField("response_cache")
+    assert config.parameters["attention_budget"].string_value == str(ESM2.batching.attention_budget)
 
 
 def test_version_policy_and_response_cache_follow_the_description() -> None:

@@ -81,6 +81,21 @@ def test_normalized_ndarray_embeddings(service: RunningService, model: str, refe
         assert np.abs(vector - expected / np.linalg.norm(expected)).max() < TOLERANCE
 
 
+def test_long_rows_merged_into_one_batch_run_in_pieces_and_keep_their_order(
+    service: RunningService, model: str, reference: TransformersReference
+) -> None:
+    """Rows of one length bucket go to Triton as one batch; at the longest bucket the backend runs them one by one
+    (MODELS[...].batching.attention_budget), and the answers must still land in their rows."""
+    limit, budget = MODELS[model].max_length, MODELS[model].batching.attention_budget
+    rows_per_piece = budget // (limit + 2) ** 2  # (the tokens of the top bucket: the limit and <= 2 special ones)
+    rng = np.random.default_rng(9)
+    sequences = ["".join(rng.choice(list(STANDARD_RESIDUES), size=limit - row)) for row in range(rows_per_piece + 2)]
+    response = post(service, "/embed", {"sequences": sequences, "model": model})
+    assert response.status_code == 200, response.text
+    for sequence, vector in zip(sequences, response.json()["embeddings"]):
+        assert np.abs(np.asarray(vector) - reference.mean_embedding(sequence)).max() < TOLERANCE
+
+
 def test_truncate_uses_the_first_residues_and_says_which(
     service: RunningService, model: str, reference: TransformersReference
 ) -> None:

@@ -6,7 +6,8 @@ source of truth; so do the ONNX file (`model_file`), the threads and the provide
 Requests that Triton's dynamic batcher hands over together are concatenated
 into one onnxruntime call, grouped by shape and by the outputs they ask for;
 only those outputs are copied back (an /embed asks for embeddings, not every
-token's hidden state).
+token's hidden state). A call over `attention_budget` rows x tokens² runs in
+pieces, so that onnxruntime's memory stays bounded whatever Triton merges.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TritonPythonModel:
         onnx_path = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = int(parameters["intra_op_threads"])
+        self.attention_budget = int(parameters["attention_budget"])
         providers = [parameters["execution_provider"]]
         self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=providers)
 
@@ -50,7 +52,7 @@ class TritonPythonModel:
         responses: list = [None] * len(requests)
         for (wanted, *_), members in groups.items():
             feeds = {name: np.concatenate([arrays[i][name] for i in members]) for name in self.inputs}
-            results = dict(zip(wanted, self.session.run(list(wanted), feeds)))
+            results = self.run(list(wanted), feeds)
             offsets = np.cumsum([0] + [len(arrays[i][next(iter(self.inputs))]) for i in members])
             for member, start, stop in zip(members, offsets[:-1], offsets[1:]):
                 responses[member] = pb_utils.InferenceResponse(
@@ -60,3 +62,18 @@ class TritonPythonModel:
                     ]
                 )
         return responses
+
+    def run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`wanted` outputs of one batch, run in pieces of at most `attention_budget` rows x tokens² (the second
+        axis of the inputs): onnxruntime's arena keeps the largest working set it has met, so one merged batch of
+        long rows would otherwise hold gigabytes for good."""
+        batch = next(iter(feeds.values()))
+        tokens = batch.shape[1] if batch.ndim > 1 else 1
+        rows = max(1, self.attention_budget // tokens**2)
+        if len(batch) <= rows:
+            return dict(zip(wanted, self.session.run(wanted, feeds)))
+        pieces = [
+            self.session.run(wanted, {name: array[start : start + rows] for name, array in feeds.items()})
+            for start in range(0, len(batch), rows)
+        ]
+        return {name: np.concatenate([piece[index] for piece in pieces]) for index, name in enumerate(wanted)}
