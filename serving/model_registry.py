@@ -23,6 +23,10 @@ from serving.protocol import ModelInfo, ModelsResponse, RepositoryEntry
 from serving.triton_models import ServedModel, discover_models
 
 TRITON_ERRORS = (InferenceServerException, aiohttp.ClientError, ConnectionError)
+TRITON_MODEL_OWNERS: dict[str, ModelDescription] = {
+    description.triton_name(graph.role): description for description in MODELS.values() for graph in description.graphs
+}
+"""The catalogued model each Triton model is a graph of."""
 
 
 @contextmanager
@@ -111,21 +115,18 @@ class ModelRegistry:
 
     async def repository(self) -> list[RepositoryEntry]:
         """Every catalogued graph in Triton's model repository, loaded or not, with its state."""
-        graph_owner = {
-            description.triton_name(graph.role): description for description in MODELS.values() for graph in description.graphs
-        }
         with triton_call("the model repository"):
             index = await self.runner.get_model_repository_index()
         return [
             RepositoryEntry(
-                model=graph_owner[entry["name"]].name,
+                model=TRITON_MODEL_OWNERS[entry["name"]].name,
                 triton_model=entry["name"],
                 version=int(entry["version"]) if entry.get("version") else None,
                 state=entry.get("state", "UNKNOWN"),
                 reason=entry.get("reason", ""),
             )
             for entry in index
-            if entry["name"] in graph_owner
+            if entry["name"] in TRITON_MODEL_OWNERS
         ]
 
     async def catalog(self) -> ModelsResponse:
