@@ -33,9 +33,11 @@ $(TRITON_READY): $(INSTALLED) $(wildcard tritonserver_setup/*.py)
 
 models: $(MODELS_READY)
 
-# Export again whenever the descriptions or the exporter change.
+# Export again whenever the descriptions or the exporter change; then time each encoder's runtimes on this machine
+# (serving.launch does it too, where a record does not hold for the machine it starts on).
 $(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
 	$(BIN)/python -m exporter defaults --force
+	$(BIN)/python -m serving.runtime_choice
 	touch $@
 
 serve: install models

@@ -51,8 +51,8 @@ class GraphRole(str, enum.Enum):
 class Backend(str, enum.Enum):
     """The python-backend model that serves a graph on CPU: `exporter/triton_backend/<value>.py`."""
 
-    ONNX_GRAPH = "onnx_graph"
-    """Runs one stateless ONNX graph; Triton's dynamic batcher merges requests."""
+    STATELESS_GRAPH = "stateless_graph"
+    """Runs one stateless graph on the runtime its config names; Triton's dynamic batcher merges requests."""
     CACHED_DECODER = "cached_decoder"
     """Keeps every row's key-value cache between calls: one instance, no Triton batching (the service batches)."""
 
@@ -161,13 +161,13 @@ class GraphSpec:
     role: GraphRole
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    backend: Backend = Backend.ONNX_GRAPH
+    backend: Backend = Backend.STATELESS_GRAPH
     parts: tuple[OnnxGraph, ...] = ()
     """The ONNX files a stateful backend chains; a stateless graph is one file with its Triton tensors."""
 
     @property
     def stateful(self) -> bool:
-        return self.backend is not Backend.ONNX_GRAPH
+        return self.backend is not Backend.STATELESS_GRAPH
 
     @property
     def onnx_graphs(self) -> tuple[OnnxGraph, ...]:

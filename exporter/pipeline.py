@@ -12,12 +12,14 @@ from pathlib import Path
 import torch
 
 from exporter.architectures import ExportableModel, load_for_export
-from exporter.graph_inputs import trace_inputs, verification_inputs
+from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
-from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, install_onnx
+from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx
 from exporter.progress import Progress, Silent
 from exporter.triton_config import config_path, render_config
-from exporter.verify import PROVIDERS, ParityReport, check_parity, require_providers
+from exporter.runtime_export import CONVERTERS, Converter, written_files
+from exporter.triton_backend.runtimes import Runtime, open_engine
+from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime_parity, require_providers
 from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
 
 BACKENDS = Path(__file__).parent / "triton_backend"
@@ -46,6 +48,8 @@ class GraphReport:
     parity: ParityReport
     """The worst of the graph's ONNX files."""
     configs: list[Path]
+    runtimes: dict[Runtime, ParityReport | str]
+    """Each CPU runtime written beside the ONNX file with its gate, or why it was left out."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class ExportReport:
                 f"{parity.batches} padded batches of mixed lengths",
                 f"    configs: {', '.join(str(path) for path in graph.configs)}",
             ]
+            for runtime, outcome in graph.runtimes.items():
+                if isinstance(outcome, ParityReport):
+                    lines.append(f"    {runtime.value}: max |{runtime.value} - torch| = {outcome.max_abs_diff:.2e}")
+                else:
+                    lines.append(f"    {runtime.value}: left out ({outcome})")
         return "\n".join(lines)
 
 
@@ -106,11 +115,13 @@ def export_model(
     repository.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
         staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
+        runtimes: dict[GraphSpec, dict[Runtime, ParityReport | str]] = {}
         for graph in description.graphs:
             name = description.triton_name(graph.role)
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
             parities = []
+            runtimes[graph] = {}
             for part in graph.onnx_graphs:
                 module = loaded.module(graph, part)
                 with progress.stage("convert", f"{name} {part.file} to ONNX ({optimizer.value})"):
@@ -120,13 +131,22 @@ def export_model(
                     batches = verification_inputs(description, graph.role, loaded.graphs, GATE_SEED, part.name)
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
+                if not graph.stateful:
+                    sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
+                    for runtime, convert in CONVERTERS.items():
+                        with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
+                            runtimes[graph][runtime] = _convert_runtime(
+                                runtime, convert, module, part, sample, batches, version_dir, name, tolerance
+                            )
             shutil.copy(BACKENDS / f"{graph.backend.value}.py", version_dir / "model.py")
+            if not graph.stateful:
+                shutil.copy(BACKENDS / "runtimes.py", version_dir / "runtimes.py")
             worst = max(parities, key=lambda parity: parity.max_abs_diff)
             staged[graph] = (version_dir, replace(worst, values_compared=sum(p.values_compared for p in parities)))
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
-                _publish(description, graph, loaded, repository, staged_version, parity)
+                _publish(description, graph, loaded, repository, staged_version, parity, runtimes[graph])
                 for graph, (staged_version, parity) in staged.items()
             ]
     return ExportReport(description.name, checkpoint, target, onnx_format, reports, time.perf_counter() - started)
@@ -163,6 +183,7 @@ def _publish(
     repository: Path,
     staged_version: Path,
     parity: ParityReport,
+    runtimes: dict[Runtime, ParityReport | str],
 ) -> GraphReport:
     """Move a verified version into the repository and write the model's config for every target."""
     model_dir = repository / description.triton_name(graph.role)
@@ -182,4 +203,30 @@ def _publish(
     onnx_bytes = sum(path.stat().st_size for path in files if path.exists())
     external = any(external_data_path(path).exists() for path in onnx_paths)
     names = [path.name for path in onnx_paths]
-    return GraphReport(description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs)
+    return GraphReport(description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs, runtimes)
+
+
+def _convert_runtime(
+    runtime: Runtime,
+    convert: Converter,
+    module: torch.nn.Module,
+    part: OnnxGraph,
+    sample: GraphInputs,
+    batches: list[GraphInputs],
+    version_dir: Path,
+    name: str,
+    tolerance: float | None,
+) -> ParityReport | str:
+    """Write `part` for `runtime` and hold it to the gate; a runtime that is not installed, cannot convert the graph
+    or fails the gate is left out (its files removed) with the reason: the ONNX file serves without it."""
+    if not runtime.installed():
+        return f"{runtime.library} is not installed"
+    path = version_dir / runtime.file(part.name)
+    try:
+        convert(module, part, sample, path)
+        engine = open_engine(runtime, path)
+        return check_runtime_parity(module, engine, input_names(part, sample), part, batches, f"{name} {runtime.value}", tolerance)
+    except Exception as error:  # noqa: BLE001 - any converter's failure only leaves this runtime out
+        for written in written_files(runtime, part, version_dir):
+            written.unlink(missing_ok=True)
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"

@@ -8,6 +8,7 @@ verification function returned True.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 
 from exporter.errors import OptimizerUnavailable, ParityError
 from exporter.graph_inputs import GraphInputs
+from exporter.triton_backend.runtimes import Engine
 from model_catalog import OnnxGraph, Precision, Target
 
 TOLERANCES: dict[Precision, float] = {Precision.FP32: 1e-4, Precision.FP16: 2e-2}
@@ -69,25 +71,61 @@ def check_parity(
     target: Target = Target.CPU,
     tolerance: float | None = None,
 ) -> ParityReport:
-    """Compare onnxruntime with torch where outputs matter; raise `ParityError` past the tolerance.
-
-    `tolerance` defaults to the one of the target's precision.
-    """
-    tolerance = TOLERANCES[target.precision] if tolerance is None else tolerance
+    """Compare onnxruntime on `target`'s providers with torch where outputs matter; raise `ParityError` past the
+    tolerance (default: the one of the target's precision)."""
     session = gate_session(onnx_path, target)
+    provider = session.get_providers()[0]
+    inputs = [tensor.name for tensor in session.get_inputs()]
+    return _held_to_torch(
+        module, session.run, inputs, graph, batches, f"{name}: onnxruntime ({provider})", target.precision, tolerance, provider
+    )
+
+
+def check_runtime_parity(
+    module: torch.nn.Module,
+    engine: Engine,
+    inputs: list[str],
+    graph: OnnxGraph,
+    batches: list[GraphInputs],
+    label: str,
+    tolerance: float | None = None,
+) -> ParityReport:
+    """The same gate for a CPU runtime's engine (exporter/triton_backend/runtimes.py), at FP32, on one thread."""
+    return _held_to_torch(
+        module, lambda outputs, feeds: engine.run(outputs, feeds, 1), inputs, graph, batches, label, Precision.FP32,
+        tolerance, "CPU",
+    )  # fmt: skip
+
+
+def _held_to_torch(
+    module: torch.nn.Module,
+    run: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]],
+    inputs: list[str],
+    graph: OnnxGraph,
+    batches: list[GraphInputs],
+    label: str,
+    precision: Precision,
+    tolerance: float | None,
+    provider: str,
+) -> ParityReport:
+    """The largest difference of `run` from torch over `batches`; `ParityError` naming `label` past the tolerance.
+
+    `inputs` are the graph's inputs in order: torch takes them positionally (per-layer inputs have no parameter names).
+    """
+    tolerance = TOLERANCES[precision] if tolerance is None else tolerance
     worst, compared = 0.0, 0
     outputs = [spec.name for spec in graph.outputs]
     for batch in batches:
-        exported = session.run(outputs, batch.feeds)
-        with torch.inference_mode():  # positionally, in the graph's order: per-layer inputs have no parameter names
-            references = module(*(torch.from_numpy(batch.feeds[tensor.name]) for tensor in session.get_inputs()))
+        exported = run(outputs, batch.feeds)
+        with torch.inference_mode():
+            references = module(*(torch.from_numpy(batch.feeds[name]) for name in inputs))
         for output_name, output, reference in zip(outputs, exported, references if len(outputs) > 1 else (references,)):
             where = batch.compared.get(output_name, np.ones(output.shape[:1], dtype=bool))
             difference = np.abs(output[where] - reference.numpy()[where])
             worst, compared = max(worst, float(difference.max())), compared + difference.size
     if not worst <= tolerance:
         raise ParityError(
-            f"{name}: onnxruntime ({session.get_providers()[0]}) differs from torch by {worst:.3g} (tolerance "
-            f"{tolerance:.1g}, {target.precision.value}) on padded batches of mixed lengths; the model was not written"
+            f"{label} differs from torch by {worst:.3g} (tolerance {tolerance:.1g}, {precision.value}) on padded "
+            f"batches of mixed lengths; the model was not written"
         )
-    return ParityReport(worst, tolerance, session.get_providers()[0], len(batches), compared)
+    return ParityReport(worst, tolerance, provider, len(batches), compared)

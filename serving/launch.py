@@ -5,7 +5,8 @@ tests and the container's entrypoint all start the service this way, so that
 `--triton-options` (which `bentoml serve` no longer takes) work everywhere: they
 join BIONEMO_TRITON_OPTIONS, which the service turns into tritonserver arguments.
 Every setting is checked before anything starts; then this process becomes
-`bentoml serve`, keeping its PID.
+`bentoml serve`, keeping its PID. Before that, each encoder of a local repository
+gets the runtime measured fastest on this machine (`serving.runtime_choice`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from serving.settings import Settings, SettingsError
+from model_catalog import MODELS
+from serving.runtime_choice import RuntimeChoiceError, choose_runtimes
+from serving.settings import REMOTE_REPOSITORY_SCHEMES, Settings, SettingsError
 from serving.triton_options import (
     ENVIRONMENT_VARIABLE,
     TritonOptionError,
@@ -41,12 +45,25 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
     return command + serve_arguments, child_environment
 
 
+def record_runtimes(settings: Settings) -> None:
+    """The runtime of each encoder Triton will load, measured here where the repository's record does not hold."""
+    if settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
+        return  # tritonserver reads it; each config runs the runtime it records, onnxruntime where none
+    models = settings.models if settings.models is not None else MODELS
+    try:
+        choose_runtimes(Path(settings.model_repository), settings.runtimes, models, report=lambda line: print(f"bionemo: {line}"))
+    except OSError as error:  # a read-only repository keeps the runtimes its configs record
+        print(f"bionemo: runtimes not recorded ({error}); each model runs the one its config names", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         command, environment = serve_command(sys.argv[1:] if argv is None else argv, os.environ)
-    except (SettingsError, TritonOptionError) as error:
+        record_runtimes(Settings.from_environment(environment))
+    except (SettingsError, TritonOptionError, RuntimeChoiceError) as error:
         print(f"bionemo: {error}", file=sys.stderr)
         return 2
+    sys.stdout.flush()
     os.execve(command[0], command, environment)
     return 0  # not reached: execve replaces this process
 

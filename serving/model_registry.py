@@ -143,6 +143,7 @@ class ModelRegistry:
                     max_length=model.description.max_length,
                     hidden_size=model.sizes["hidden_size"],
                     tokenizer=model.description.tokenizer.value,
+                    runtimes=[graph.runtime() for graph in model.graphs.values()],
                 )
                 for name, model in sorted(served.items())
             ]

@@ -114,6 +114,20 @@ class HiddenResponse(BaseModel):
     truncated: TruncatedIndices
 
 
+class GraphRuntime(BaseModel):
+    triton_model: str
+    runtime: str = Field(description="What runs the graph: onnxruntime, onnxruntime-fused, torchscript or openvino.")
+    chosen_by: str = Field(
+        description="`measurement`: the fastest timed on this machine's CPU at start-up; `BIONEMO_RUNTIME`: the "
+        "setting; `default`: not timed (a remote repository, a GPU target, or the stateful decoder)."
+    )
+    cpu: str | None = Field(default=None, description="The CPU (/proc/cpuinfo model name) the runtimes were timed on.")
+    threads: int | None = Field(default=None, description="Threads each runtime was timed with: one instance's.")
+    total_ms: dict[str, float] = Field(
+        default_factory=dict, description="Each runtime's milliseconds over the timed batch shapes (runtime.json)."
+    )
+
+
 class ModelInfo(BaseModel):
     name: str
     version: int = Field(description="The newest version Triton serves: what requests without model_version get.")
@@ -123,6 +137,7 @@ class ModelInfo(BaseModel):
     max_length: int = Field(description="Most residues (or SMILES tokens) one input may have.")
     hidden_size: int
     tokenizer: str
+    runtimes: list[GraphRuntime] = Field(description="What runs each of the model's Triton models, and why.")
 
 
 class ModelsResponse(BaseModel):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, Target
 from serving.triton_options import ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE
 from serving.triton_options import MODEL_SELECTION_KEYS, TritonOption, TritonOptionError, parse_environment
@@ -82,6 +83,25 @@ def _models(raw: str) -> tuple[str, ...]:
     return names
 
 
+def _runtimes(raw: str) -> dict[str, Runtime]:
+    """`auto` (or nothing): {}; one runtime for every model; or `model=runtime` items separated by commas."""
+    raw = raw.strip()
+    if raw in ("", "auto"):
+        return {}
+    known = f"runtimes: {', '.join(runtime.value for runtime in Runtime)}"
+    if "=" not in raw:
+        if raw not in Runtime._value2member_map_:
+            raise ValueError(known)
+        return {name: Runtime(raw) for name in MODELS}
+    chosen = {}
+    for item in raw.split(","):
+        name, _, runtime = (part.strip() for part in item.partition("="))
+        if name not in MODELS or runtime not in Runtime._value2member_map_:
+            raise ValueError(f"{item.strip()!r}; models: {', '.join(MODELS)}; {known}")
+        chosen[name] = Runtime(runtime)
+    return chosen
+
+
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its name, default and meaning (tests check the README's table against these)."""
@@ -124,9 +144,15 @@ ADMIN_TOKEN = Setting(
     secret=True,
 )
 REQUEST_TIMEOUT = Setting("BIONEMO_REQUEST_TIMEOUT_S", "120", "seconds a request may take; past it a 504, its work cancelled")
+RUNTIME = Setting(
+    "BIONEMO_RUNTIME",
+    "auto",
+    "which runtime runs the encoders on CPU: auto (the fastest measured on this machine at start-up), one of "
+    "onnxruntime, onnxruntime-fused, torchscript, openvino for every model, or model=runtime items separated by commas",
+)
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
-    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN,
+    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME,
 )  # fmt: skip
 
 
@@ -147,6 +173,8 @@ class Settings:
     request_timeout_s: float
     admin_token: str | None = field(repr=False)
     """None: no admin endpoints."""
+    runtimes: dict[str, Runtime] = field(default_factory=dict)
+    """Catalog names whose encoder runs on the runtime given; the others on the fastest measured."""
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
@@ -177,6 +205,7 @@ class Settings:
             admin_token=read(
                 ADMIN_TOKEN, _admin_token, f"at least {MIN_ADMIN_TOKEN_LENGTH} printable characters without spaces"
             ),
+            runtimes=read(RUNTIME, _runtimes, "auto, a runtime, or model=runtime items"),
         )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:

@@ -7,6 +7,7 @@ explicit model control only some of its models are loaded.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,6 +19,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
+from serving.protocol import GraphRuntime
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,14 @@ class TritonGraph:
             infer_input.set_data_from_numpy(array, binary_data=True)
             infer_inputs.append(infer_input)
         return infer_inputs
+
+    def runtime(self) -> GraphRuntime:
+        """The runtime the config records (serving.runtime_choice) and its timings; onnxruntime where none is."""
+        parameters = self.config.parameters
+        if "runtime" not in parameters:
+            return GraphRuntime(triton_model=self.name, runtime="onnxruntime", chosen_by="default")
+        timings = json.loads(parameters["runtime_timings"].string_value)
+        return GraphRuntime(triton_model=self.name, runtime=parameters["runtime"].string_value, **timings)
 
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, as exported."""

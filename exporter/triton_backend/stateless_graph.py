@@ -1,24 +1,30 @@
-"""Triton python-backend model that runs one stateless exported ONNX graph with onnxruntime.
+"""Triton python-backend model that runs one stateless exported graph on the runtime its config names.
 
-The exporter copies this file into `<repository>/<model>/<version>/model.py`.
-Tensor names and dtypes come from the model's `config.pbtxt`, the single
-source of truth; so do the ONNX file (`model_file`), the threads and the provider.
+The exporter copies this file into `<repository>/<model>/<version>/model.py`, and
+`runtimes.py` beside it. Tensor names and dtypes come from the model's
+`config.pbtxt`, the single source of truth; so do the graph (`model_file`), the
+runtime (`runtime`, recorded by `serving.runtime_choice`; onnxruntime where none
+is), the threads and the provider.
 Requests that Triton's dynamic batcher hands over together are concatenated
-into one onnxruntime call, grouped by shape and by the outputs they ask for;
+into one run, grouped by shape and by the outputs they ask for;
 only those outputs are copied back (an /embed asks for embeddings, not every
 token's hidden state). A call over `attention_budget` rows x tokens² runs in
-pieces, so that onnxruntime's memory stays bounded whatever Triton merges.
+pieces, so that the runtime's memory stays bounded whatever Triton merges.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
+from runtimes import Runtime, open_engine  # noqa: E402
 
 
 class TritonPythonModel:
@@ -31,12 +37,11 @@ class TritonPythonModel:
             tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"]) for tensor in config["output"]
         }
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        onnx_path = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = int(parameters["intra_op_threads"])
+        graph = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
+        runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
+        self.engine = open_engine(runtime, graph.with_name(runtime.file(graph.stem)), parameters["execution_provider"])
+        self.threads = int(parameters["intra_op_threads"]) or len(os.sched_getaffinity(0))
         self.attention_budget = int(parameters["attention_budget"])
-        providers = [parameters["execution_provider"]]
-        self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=providers)
 
     def execute(self, requests: list) -> list:
         arrays = [
@@ -65,15 +70,15 @@ class TritonPythonModel:
 
     def run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """`wanted` outputs of one batch, run in pieces of at most `attention_budget` rows x tokens² (the second
-        axis of the inputs): onnxruntime's arena keeps the largest working set it has met, so one merged batch of
+        axis of the inputs): the runtime's arena keeps the largest working set it has met, so one merged batch of
         long rows would otherwise hold gigabytes for good."""
         batch = next(iter(feeds.values()))
         tokens = batch.shape[1] if batch.ndim > 1 else 1
         rows = max(1, self.attention_budget // tokens**2)
         if len(batch) <= rows:
-            return dict(zip(wanted, self.session.run(wanted, feeds)))
+            return dict(zip(wanted, self.engine.run(wanted, feeds, self.threads)))
         pieces = [
-            self.session.run(wanted, {name: array[start : start + rows] for name, array in feeds.items()})
+            self.engine.run(wanted, {name: array[start : start + rows] for name, array in feeds.items()}, self.threads)
             for start in range(0, len(batch), rows)
         ]
         return {name: np.concatenate([piece[index] for piece in pieces]) for index, name in enumerate(wanted)}

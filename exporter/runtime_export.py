@@ -1,0 +1,63 @@
+"""Write a stateless graph once more for each CPU runtime that fuses attention, beside its ONNX file.
+
+`model.onnx` computes attention as separate MatMul, Add, Softmax, MatMul ops over
+[rows, heads, L, L]: on an Intel Xeon (AVX-512) 1.7-2.2x slower than torch's
+fused scaled-dot-product attention on 8 proteins of 272-512 residues, and the
+further behind the longer the proteins. Each file written here is held to the
+same parity gate as the ONNX file; `serving.runtime_choice` then times them on
+the machine that serves (exporter/triton_backend/runtimes.py runs them).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from exporter.graph_inputs import GraphInputs
+from exporter.onnx_export import input_names
+from exporter.triton_backend.runtimes import TORCHSCRIPT_NAMES, Runtime
+from model_catalog import OnnxGraph
+
+Converter = Callable[[torch.nn.Module, OnnxGraph, GraphInputs, Path], None]
+
+
+def export_torchscript(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path) -> None:
+    """The traced module, with its tensors' names in an extra file (a trace keeps none)."""
+    inputs = input_names(graph, sample)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # shape branches: the parity gate, on other shapes, proves the trace general
+        traced = torch.jit.trace(module, tuple(torch.from_numpy(sample.feeds[name]) for name in inputs), check_trace=False)
+    names = json.dumps({"inputs": inputs, "outputs": [spec.name for spec in graph.outputs]})
+    torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_NAMES: names})
+
+
+def export_openvino(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path) -> None:
+    """OpenVINO's IR (`<graph>.openvino.xml` and `.bin`) converted from torch, whose sdpa becomes its fused
+    ScaledDotProductAttention (from the ONNX file it would not: OpenVINO keeps the separate ops there)."""
+    import openvino
+
+    inputs = input_names(graph, sample)
+    shapes = [(name, [-1] * sample.feeds[name].ndim, openvino.Type.i64) for name in inputs]
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = openvino.convert_model(
+            module, example_input=tuple(torch.from_numpy(sample.feeds[name]) for name in inputs), input=shapes
+        )
+    for output, spec in zip(model.outputs, graph.outputs):
+        output.get_tensor().set_names({spec.name})
+    # Weights stay float32: OpenVINO's default halves them, which alone differs from torch by ~3e-3.
+    openvino.save_model(model, str(path), compress_to_fp16=False)
+
+
+def written_files(runtime: Runtime, graph: OnnxGraph, folder: Path) -> list[Path]:
+    """Every file the runtime's conversion of `graph` leaves in `folder`."""
+    main = folder / runtime.file(graph.name)
+    return [main, main.with_suffix(".bin")] if runtime is Runtime.OPENVINO else [main]
+
+
+CONVERTERS: dict[Runtime, Converter] = {Runtime.TORCHSCRIPT: export_torchscript, Runtime.OPENVINO: export_openvino}
+"""The runtimes written beside the ONNX file, where their library is installed for the export."""

@@ -1,0 +1,157 @@
+"""The runtimes that can run a stateless graph on CPU in the python backend, each from its own file.
+
+The exporter writes the graph once per runtime it can convert it for, each file
+held to the same parity gate; `serving.runtime_choice` times them on the
+machine that serves and records the fastest in the model's `config.pbtxt`
+(parameter `runtime`); the backend (`onnx_graph.py`, beside which the exporter
+copies this file) opens that one. A runtime's library is imported only when it
+is opened, so a host needs only the runtimes it serves.
+
+Every engine takes a thread count per run: the backend gives a lone request
+every core and each of several busy instances its share.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Runtime(str, enum.Enum):
+    """A way to run a graph; the value is what `config.pbtxt`, `BIONEMO_RUNTIME` and `GET /models` say."""
+
+    ONNXRUNTIME = "onnxruntime"
+    """The ONNX file every target serves: attention as separate MatMul, Softmax, MatMul over [rows, heads, L, L]."""
+    ONNXRUNTIME_FUSED = "onnxruntime-fused"
+    """An ONNX file whose attention is onnxruntime's fused MultiHeadAttention kernel."""
+    TORCHSCRIPT = "torchscript"
+    """The traced torch module: torch's fused scaled-dot-product attention."""
+    OPENVINO = "openvino"
+    """OpenVINO's IR converted from the torch module: its fused ScaledDotProductAttention."""
+
+    def file(self, graph: str) -> str:
+        """The file of graph `graph` (`model`, ...) for this runtime, beside the graph's `<graph>.onnx`."""
+        return f"{graph}{_SUFFIXES[self]}"
+
+    @property
+    def library(self) -> str:
+        """The module that must be importable to run it."""
+        return _LIBRARIES[self]
+
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.library) is not None
+
+
+_SUFFIXES = {
+    Runtime.ONNXRUNTIME: ".onnx",
+    Runtime.ONNXRUNTIME_FUSED: ".fused.onnx",
+    Runtime.TORCHSCRIPT: ".torchscript.pt",
+    Runtime.OPENVINO: ".openvino.xml",
+}
+_LIBRARIES = {
+    Runtime.ONNXRUNTIME: "onnxruntime",
+    Runtime.ONNXRUNTIME_FUSED: "onnxruntime",
+    Runtime.TORCHSCRIPT: "torch",
+    Runtime.OPENVINO: "openvino",
+}
+
+
+class Engine(Protocol):
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
+        """`outputs` of one batch, computed on `threads` threads."""
+        ...
+
+
+class UnavailableProvider(RuntimeError):
+    """The config names an execution provider this onnxruntime lacks: refused, never run elsewhere instead."""
+
+
+def open_engine(runtime: Runtime, path: Path, provider: str = "CPUExecutionProvider") -> Engine:
+    """An engine for the file `path` (`runtime.file(...)`); `provider` is onnxruntime's, where it runs."""
+    if runtime in (Runtime.ONNXRUNTIME, Runtime.ONNXRUNTIME_FUSED):
+        return OnnxRuntimeEngine(path, provider)
+    if runtime is Runtime.TORCHSCRIPT:
+        return TorchScriptEngine(path)
+    return OpenVinoEngine(path)
+
+
+class OnnxRuntimeEngine:
+    """onnxruntime fixes a session's threads when it is created: one session per thread count asked for."""
+
+    def __init__(self, path: Path, provider: str) -> None:
+        import onnxruntime
+
+        if provider not in onnxruntime.get_available_providers():
+            raise UnavailableProvider(
+                f"{path}: the config asks for {provider}, which this onnxruntime ({onnxruntime.__version__}) lacks; "
+                f"it has {', '.join(onnxruntime.get_available_providers())}"
+            )
+        self.onnxruntime, self.path, self.provider = onnxruntime, path, provider
+        self.sessions: dict[int, Any] = {}
+
+    def session(self, threads: int) -> Any:
+        if threads not in self.sessions:
+            options = self.onnxruntime.SessionOptions()
+            options.intra_op_num_threads = threads
+            self.sessions[threads] = self.onnxruntime.InferenceSession(str(self.path), options, providers=[self.provider])
+        return self.sessions[threads]
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
+        return self.session(threads).run(outputs, feeds)
+
+
+TORCHSCRIPT_NAMES = "tensor_names.json"
+"""The extra file of a TorchScript graph that names its inputs and outputs in order (a trace keeps no names)."""
+
+
+class TorchScriptEngine:
+    """torch takes a new thread count at any call."""
+
+    def __init__(self, path: Path) -> None:
+        import torch
+
+        self.torch = torch
+        names = {TORCHSCRIPT_NAMES: ""}
+        self.module = torch.jit.load(str(path), _extra_files=names).eval()
+        tensors = json.loads(names[TORCHSCRIPT_NAMES])
+        self.inputs: list[str] = tensors["inputs"]
+        self.outputs: list[str] = tensors["outputs"]
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
+        if self.torch.get_num_threads() != threads:
+            self.torch.set_num_threads(threads)
+        with self.torch.inference_mode():
+            results = self.module(*(self.torch.from_numpy(feeds[name]) for name in self.inputs))
+        return [results[self.outputs.index(name)].numpy() for name in outputs]
+
+
+class OpenVinoEngine:
+    """OpenVINO fixes a compiled model's threads: one compiled model per thread count asked for."""
+
+    def __init__(self, path: Path) -> None:
+        import openvino
+
+        self.core = openvino.Core()
+        self.model = self.core.read_model(str(path))
+        self.compiled: dict[int, Any] = {}
+
+    def request(self, threads: int) -> Any:
+        if threads not in self.compiled:
+            compiled = self.core.compile_model(
+                self.model,
+                "CPU",
+                # FP32 means FP32: on CPUs with bf16 or fp16 units OpenVINO would otherwise compute in them.
+                {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"},
+            )
+            self.compiled[threads] = compiled.create_infer_request()
+        return self.compiled[threads]
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
+        request = self.request(threads)
+        request.infer(feeds)
+        return [request.get_tensor(name).data.copy() for name in outputs]

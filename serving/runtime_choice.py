@@ -1,0 +1,247 @@
+"""Which runtime runs each stateless graph: timed on the machine that serves, recorded in the model's config.
+
+    python -m serving.runtime_choice [--repository model_repository]
+
+The exporter writes each encoder once per runtime it can convert it for, every
+file held to the same parity gate (exporter/runtime_export.py). Which is fastest
+depends on the CPU: on an Intel Xeon (AVX-512) onnxruntime's unfused attention
+ran 8 proteins of 512 residues 2x slower than torch's fused kernel. So before
+tritonserver starts, `python -m serving.launch` (and `make models`, after an
+export) times every runtime that is installed and exported on the model's own
+shapes (length buckets up to its longest input, one row and up to eight), on the threads one instance runs with under load, and writes the choice
+into `config.pbtxt` (parameter `runtime`, which the backend opens) and the
+timings beside it (`runtime.json`; `GET /models` shows them). A choice is timed
+again only when it was made on another CPU, with other threads, for another
+version or set of runtimes, or the config lost it (a new export).
+`BIONEMO_RUNTIME` forces a runtime instead; the timings stay as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from exporter.triton_backend.runtimes import Runtime, open_engine
+from model_catalog import MODELS, ModelDescription
+from preprocessing import tokenizer_for
+
+RECORD = "runtime.json"
+"""The timings of a model's runtimes, beside its config.pbtxt."""
+SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
+MOST_ROWS = 8
+"""Rows of the largest batch timed: what requests of 1-8 sequences merge into, in a bounded time."""
+TIMED_RUNS = 2
+"""Runs per shape after one warm-up; the fastest counts (the others met a busy machine)."""
+
+
+class RuntimeChoiceError(ValueError):
+    """A forced runtime that cannot serve the model here: not exported for it, or its library not installed."""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """How long each runtime took on each shape, on one CPU, with the threads of one instance under load."""
+
+    cpu: str
+    threads: int
+    version: int
+    milliseconds: dict[str, dict[str, float]]
+    """Runtime value -> its time on each batch shape, `<rows>x<tokens>`."""
+    left_out: dict[str, str]
+    """Runtime value -> why it was not timed."""
+
+    def measured_for(self) -> tuple[str, int, int, set[str]]:
+        """What the timings hold for: the CPU, the threads, the version and the runtimes available then."""
+        return self.cpu, self.threads, self.version, set(self.milliseconds)
+
+    def totals(self) -> dict[str, float]:
+        return {runtime: round(sum(times.values()), 1) for runtime, times in self.milliseconds.items()}
+
+    def fastest(self) -> Runtime:
+        totals = self.totals()
+        return Runtime(min(totals, key=totals.__getitem__))
+
+
+def cpu_model() -> str:
+    """/proc/cpuinfo's model name: what the timings hold for."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
+
+
+def timing_shapes(description: ModelDescription, config: model_config_pb2.ModelConfig) -> list[tuple[int, int]]:
+    """One row and up to MOST_ROWS (within max_batch_size and attention_budget), at short, middle and the longest
+    token widths the model accepts: the shapes the length buckets send."""
+    longest = tokenizer_for(description).max_model_tokens
+    budget = int(config.parameters["attention_budget"].string_value)
+    shapes = []
+    for tokens in sorted({min(width, longest) for width in (SHORTEST_TOKENS, MIDDLE_TOKENS, longest)}):
+        most = max(1, min(MOST_ROWS, config.max_batch_size, budget // tokens**2))
+        shapes += [(1, tokens)] + ([(most, tokens)] if most > 1 else [])
+    return shapes
+
+
+def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A batch of random residues (SMILES tokens) of `tokens` with the special tokens, as the service sends it."""
+    tokenizer = tokenizer_for(description)
+    content = tokens - (tokenizer.max_model_tokens - description.max_length)
+    return tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)]).model_inputs()
+
+
+def available(version_dir: Path, config: model_config_pb2.ModelConfig) -> tuple[dict[Runtime, Path], dict[str, str]]:
+    """The runtimes exported into `version_dir` and installed here, with their files; why each other one is not."""
+    graph = Path(config.parameters["model_file"].string_value).stem
+    files, left_out = {}, {}
+    for runtime in Runtime:
+        path = version_dir / runtime.file(graph)
+        if not path.is_file():
+            left_out[runtime.value] = f"not exported ({path.name} missing)"
+        elif not runtime.installed():
+            left_out[runtime.value] = f"{runtime.library} is not installed"
+        else:
+            files[runtime] = path
+    return files, left_out
+
+
+def measure(
+    description: ModelDescription, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int
+) -> Timings:
+    """Time every runtime available in `version_dir`, shape by shape, runtime after runtime."""
+    shapes = timing_shapes(description, config)
+    rng = np.random.default_rng(0)
+    batches = [feeds_for(description, rows, tokens, rng) for rows, tokens in shapes]
+    wanted = [config.output[0].name]
+    files, left_out = available(version_dir, config)
+    milliseconds = {}
+    for runtime, path in files.items():
+        engine = open_engine(runtime, path)
+        milliseconds[runtime.value] = {
+            f"{rows}x{tokens}": _fastest_run(lambda: engine.run(wanted, feeds, threads))
+            for (rows, tokens), feeds in zip(shapes, batches)
+        }
+    return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, left_out)
+
+
+def _fastest_run(run: Callable[[], object]) -> float:
+    run()
+    durations = []
+    for _ in range(TIMED_RUNS):
+        started = time.perf_counter()
+        run()
+        durations.append(time.perf_counter() - started)
+    return round(1000 * min(durations), 2)
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A stateless graph's folder in a local repository: its config, newest version and recorded timings."""
+
+    description: ModelDescription
+    path: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.pbtxt"
+
+    def read_config(self) -> tuple[list[str], model_config_pb2.ModelConfig]:
+        """The config's comment header (kept when it is written again) and the config."""
+        text = self.config_path.read_text()
+        header = [line for line in text.splitlines() if line.startswith("#")]
+        return header, text_format.Parse(text, model_config_pb2.ModelConfig())
+
+    def newest_version(self) -> Path:
+        return max((entry for entry in self.path.iterdir() if entry.name.isdigit()), key=lambda entry: int(entry.name))
+
+    def recorded(self) -> Timings | None:
+        try:
+            record = json.loads((self.path / RECORD).read_text())
+            return Timings(**record)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def write(self, runtime: Runtime, timings: Timings, chosen_by: str) -> None:
+        """Record `runtime` in the config, where the backend reads it, and the timings beside it; a config that
+        already says so is left as it is."""
+        header, config = self.read_config()
+        summary = json.dumps({"chosen_by": chosen_by, "cpu": timings.cpu, "threads": timings.threads, "total_ms": timings.totals()})
+        (self.path / RECORD).write_text(json.dumps(asdict(timings), indent=2) + "\n")
+        if config.parameters["runtime"].string_value == runtime.value and config.parameters["runtime_timings"].string_value == summary:
+            return
+        config.parameters["runtime"].string_value = runtime.value
+        config.parameters["runtime_timings"].string_value = summary
+        self.config_path.write_text("\n".join(header) + "\n\n" + text_format.MessageToString(config))
+
+
+def instance_threads(config: model_config_pb2.ModelConfig) -> int:
+    """The threads one instance runs a batch on when every instance is busy: what throughput depends on."""
+    return int(config.parameters["intra_op_threads"].string_value) or len(os.sched_getaffinity(0))
+
+
+def stateless_folders(repository: Path, models: Collection[str]) -> list[ModelFolder]:
+    """Every stateless graph of the catalogued `models` that the repository has a config and a version of."""
+    folders = []
+    for description in (MODELS[name] for name in models):
+        for graph in description.graphs:
+            folder = ModelFolder(description, repository / description.triton_name(graph.role))
+            if not graph.stateful and folder.config_path.is_file() and any(p.name.isdigit() for p in folder.path.iterdir()):
+                folders.append(folder)
+    return folders
+
+
+def choose_runtimes(
+    repository: Path,
+    forced: Mapping[str, Runtime],
+    models: Collection[str] = tuple(MODELS),
+    report: Callable[[str], None] = lambda line: None,
+) -> dict[str, Runtime]:
+    """Make sure every stateless graph of `models` in `repository` records the runtime it runs, timing them where the
+    record does not hold for this machine; `forced` (catalog name -> runtime) overrides the measurement. Returns the
+    choice for each Triton model."""
+    choices = {}
+    for folder in stateless_folders(repository, models):
+        _, config = folder.read_config()
+        version_dir = folder.newest_version()
+        threads = instance_threads(config)
+        timings = folder.recorded()
+        now = (cpu_model(), threads, int(version_dir.name), {runtime.value for runtime in available(version_dir, config)[0]})
+        if "runtime" not in config.parameters or timings is None or timings.measured_for() != now:
+            report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
+            timings = measure(folder.description, config, version_dir, threads)
+        runtime = forced.get(folder.description.name)
+        if runtime is not None and runtime.value not in timings.milliseconds:
+            why = timings.left_out.get(runtime.value, "")
+            raise RuntimeChoiceError(f"BIONEMO_RUNTIME: {folder.description.name} cannot run on {runtime.value} here: {why}")
+        chosen_by = "measurement" if runtime is None else "BIONEMO_RUNTIME"
+        runtime = runtime or timings.fastest()
+        folder.write(runtime, timings, chosen_by)
+        report(f"{folder.path.name}: {runtime.value} ({chosen_by}; ms over the shapes: {timings.totals()})")
+        choices[folder.path.name] = runtime
+    return choices
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m serving.runtime_choice", description=__doc__)
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    args = parser.parse_args(argv)
+    from serving.settings import Settings, SettingsError
+
+    try:
+        choose_runtimes(args.repository, Settings.from_environment().runtimes, report=print)
+    except (SettingsError, RuntimeChoiceError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

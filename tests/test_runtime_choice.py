@@ -1,0 +1,154 @@
+"""The runtime each encoder runs: every exported runtime held to torch, the fastest timed here recorded, a setting
+overriding it, and a record that no longer holds for this machine timed again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from exporter import export_model
+from exporter.architectures import create_default_checkpoint, load_for_export
+from exporter.graph_inputs import verification_inputs
+from exporter.triton_backend.runtimes import Runtime, open_engine
+from model_catalog import MODELS, GraphRole
+from serving.runtime_choice import RECORD, RuntimeChoiceError, choose_runtimes, cpu_model
+from serving.settings import Settings, SettingsError
+
+TINY_ESM2 = replace(
+    MODELS["esm2nv"],
+    default_checkpoint_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
+)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runtimes")
+    create_default_checkpoint(TINY_ESM2, root / "checkpoint", seed=3)
+    export_model(TINY_ESM2, root / "checkpoint", root / "repository")
+    return root
+
+
+@pytest.fixture
+def repository(exported: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the exported repository, nothing recorded yet."""
+    return Path(shutil.copytree(exported / "repository", tmp_path / "repository"))
+
+
+def config_of(repository: Path) -> model_config_pb2.ModelConfig:
+    return text_format.Parse((repository / "esm2nv" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+
+
+def test_export_writes_every_runtime_and_each_equals_torch(exported: Path) -> None:
+    """Each file is opened as the backend opens it and run on other batches than the export's gate ran."""
+    loaded = load_for_export(TINY_ESM2, exported / "checkpoint")
+    module = loaded.graphs[GraphRole.ENCODER]
+    batches = verification_inputs(TINY_ESM2, GraphRole.ENCODER, loaded.graphs, seed=11)
+    for runtime in Runtime:
+        engine = open_engine(runtime, exported / "repository" / "esm2nv" / "1" / runtime.file("model"))
+        for batch in batches:
+            hidden_states, embeddings = engine.run(["hidden_states", "embeddings"], batch.feeds, threads=2)
+            with torch.inference_mode():
+                expected = [tensor.numpy() for tensor in module(*(torch.from_numpy(array) for array in batch.feeds.values()))]
+            real = batch.compared["hidden_states"]
+            assert np.abs(hidden_states[real] - expected[0][real]).max() < 1e-4, runtime
+            assert np.abs(embeddings - expected[1]).max() < 1e-4, runtime
+
+
+def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(repository: Path) -> None:
+    lines: list[str] = []
+    choices = choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
+    record = json.loads((repository / "esm2nv" / RECORD).read_text())
+    totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
+    assert set(totals) == {runtime.value for runtime in Runtime}
+    assert choices == {"esm2nv": Runtime(min(totals, key=totals.__getitem__))}
+    config = config_of(repository)
+    assert config.parameters["runtime"].string_value == choices["esm2nv"].value
+    summary = json.loads(config.parameters["runtime_timings"].string_value)
+    assert summary["chosen_by"] == "measurement" and summary["cpu"] == record["cpu"] == cpu_model()
+    assert summary["threads"] == record["threads"] == int(config.parameters["intra_op_threads"].string_value)
+    assert (repository / "esm2nv" / "config.pbtxt").read_text().startswith("# esm2nv: the encoder of esm2nv")
+    shapes = list(record["milliseconds"]["onnxruntime"])
+    assert shapes[0] == "1x64" and shapes[-1] == "1x1024", "one row up to the longest input, as the buckets send"
+    assert any(line.startswith("esm2nv: timing") for line in lines)
+
+
+def test_a_record_that_holds_is_not_timed_again(repository: Path) -> None:
+    choose_runtimes(repository, {}, ["esm2nv"])
+    before = (repository / "esm2nv" / RECORD).read_text()
+    lines: list[str] = []
+    choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
+    assert not any("timing" in line for line in lines)
+    assert (repository / "esm2nv" / RECORD).read_text() == before
+
+
+@pytest.mark.parametrize(
+    "stale",
+    [
+        lambda record: record.update(cpu="AMD EPYC"),
+        lambda record: record.update(threads=record["threads"] + 1),
+        lambda record: record["milliseconds"].pop("openvino"),
+    ],
+    ids=["another-cpu", "other-threads", "another-set-of-runtimes"],
+)
+def test_a_record_made_elsewhere_is_timed_again(repository: Path, stale) -> None:
+    choose_runtimes(repository, {}, ["esm2nv"])
+    path = repository / "esm2nv" / RECORD
+    record = json.loads(path.read_text())
+    stale(record)
+    path.write_text(json.dumps(record))
+    lines: list[str] = []
+    choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
+    assert any(line.startswith("esm2nv: timing") for line in lines)
+    assert json.loads(path.read_text())["cpu"] == cpu_model()
+
+
+def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(repository: Path) -> None:
+    measured = choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"]
+    forced = next(runtime for runtime in Runtime if runtime is not measured)
+    assert choose_runtimes(repository, {"esm2nv": forced}, ["esm2nv"]) == {"esm2nv": forced}
+    config = config_of(repository)
+    assert config.parameters["runtime"].string_value == forced.value
+    assert json.loads(config.parameters["runtime_timings"].string_value)["chosen_by"] == "BIONEMO_RUNTIME"
+    assert choose_runtimes(repository, {}, ["esm2nv"]) == {"esm2nv": measured}
+
+
+def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> None:
+    (repository / "esm2nv" / "1" / Runtime.TORCHSCRIPT.file("model")).unlink()
+    with pytest.raises(RuntimeChoiceError, match=r"esm2nv cannot run on torchscript here: not exported"):
+        choose_runtimes(repository, {"esm2nv": Runtime.TORCHSCRIPT}, ["esm2nv"])
+
+
+def test_a_new_export_is_timed_again(repository: Path, exported: Path) -> None:
+    choose_runtimes(repository, {}, ["esm2nv"])
+    export_model(TINY_ESM2, exported / "checkpoint", repository)  # writes the config anew, without a runtime
+    lines: list[str] = []
+    choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
+    assert any(line.startswith("esm2nv: timing") for line in lines)
+    assert "runtime" in config_of(repository).parameters
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", {}),
+        ("", {}),
+        ("openvino", {name: Runtime.OPENVINO for name in MODELS}),
+        ("esm2nv=torchscript, prott5nv=onnxruntime", {"esm2nv": Runtime.TORCHSCRIPT, "prott5nv": Runtime.ONNXRUNTIME}),
+    ],
+)
+def test_runtime_setting(value: str, expected: dict[str, Runtime]) -> None:
+    assert Settings.from_environment({"BIONEMO_RUNTIME": value}).runtimes == expected
+
+
+@pytest.mark.parametrize("value", ["tensorrt", "esm2nv=tvm", "esm9=openvino", "esm2nv"])
+def test_a_bad_runtime_setting_names_what_is_known(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"BIONEMO_RUNTIME=.*runtimes: onnxruntime, onnxruntime-fused"):
+        Settings.from_environment({"BIONEMO_RUNTIME": value})
