@@ -23,7 +23,7 @@ install: $(INSTALLED) $(TRITON_READY)
 $(INSTALLED): pyproject.toml requirements/navigator-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0 numpy==1.26.4
-	$(BIN)/pip install --quiet -e '.[export,local-triton,test]'
+	$(BIN)/pip install --quiet -e '.[cpu,export,local-triton,test]'
 	$(BIN)/pip install --quiet --no-deps -r requirements/navigator-cpu.txt
 	touch $@
 
@@ -48,8 +48,8 @@ test: install models
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory audit
 
-# The image's pins (container/requirements.lock) against OSV's advisories, with pip-audit: exit 1 on a known
-# vulnerability or a pin left unaudited. Where the service is unreachable (a closed network, CI's too) it prints
+# Every target's image pins (container/requirements-*.lock) against OSV's advisories, with pip-audit: exit 1 on a
+# known vulnerability or a pin left unaudited. Where the service is unreachable (a closed network, CI's too) it prints
 # `dependency audit NOT RUN` and passes, unless AUDIT_REQUIRED=1.
 # Through a mirror: `make audit AUDIT_OSV_URL=https://osv.example/v1/query AUDIT_REQUIRED=1`.
 AUDIT_OSV_URL ?= https://api.osv.dev/v1/query
@@ -79,10 +79,16 @@ SOAK_USERS ?= 24
 soak: install models $(BENCH_READY)
 	$(BIN)/python -m benchmarks.soak --seconds $(SOAK_SECONDS) --users $(SOAK_USERS)
 
-# The bento's packages, resolved for the Python and glibc of bentofile.yaml's base image.
+# The bento's packages, one lock per onnxruntime build (pyproject's runtime extras: cpu for the cpu target, gpu for
+# gpu and gpu-tensorrt), resolved for the Python and glibc of bentofile.yaml's base image.
+RUNTIMES := cpu gpu
+
 lock: $(INSTALLED)
-	$(BIN)/uv pip compile pyproject.toml --python-version $(IMAGE_PYTHON) --python-platform $(IMAGE_PLATFORM) \
-		--only-binary :all: --no-python-downloads --quiet -o container/requirements.lock
+	for runtime in $(RUNTIMES); do \
+		$(BIN)/uv pip compile pyproject.toml --extra $$runtime --python-version $(IMAGE_PYTHON) \
+			--python-platform $(IMAGE_PLATFORM) --only-binary :all: --no-python-downloads --quiet \
+			-o container/requirements-$$runtime.lock || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY)

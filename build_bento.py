@@ -3,8 +3,9 @@
     .venv/bin/python build_bento.py [--target cpu|gpu|gpu-tensorrt]
 
 Every target carries the same model repository (each model has a config per
-target); the target only sets BIONEMO_TARGET in the image, which makes Triton
-load that target's configs. The default models are exported first when the
+target); the target sets BIONEMO_TARGET in the image, which makes Triton load
+that target's configs, and picks the lock of the onnxruntime those configs run
+on (serving/target_runtime.py). The default models are exported first when the
 repository has none.
 """
 
@@ -21,6 +22,7 @@ from bentoml._internal.bento.build_config import BentoEnvSchema  # the type bent
 from exporter.__main__ import main as export_main
 from exporter.triton_config import config_path
 from model_catalog import MODELS, Target
+from serving.target_runtime import TARGET_BUILDS
 
 ROOT = Path(__file__).resolve().parent
 REPOSITORY = ROOT / "model_repository"
@@ -44,6 +46,7 @@ def build(target: Target = Target.CPU) -> bentoml.Bento:
     options["labels"] = {**options.get("labels", {}), "target": target.value}
     envs = [*options.get("envs", []), {"name": "BIONEMO_TARGET", "value": target.value}]
     options["envs"] = [BentoEnvSchema(**env) for env in envs]
+    options["python"] = {**options["python"], "requirements_txt": TARGET_BUILDS[target].lock}
     return bentoml.bentos.build(**options, build_ctx=str(ROOT))
 
 

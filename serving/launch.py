@@ -4,9 +4,11 @@ TARGET is `service:svc` in a checkout, or a bento tag or folder. `make serve`, t
 tests and the container's entrypoint all start the service this way, so that
 `--triton-options` (which `bentoml serve` no longer takes) work everywhere: they
 join BIONEMO_TRITON_OPTIONS, which the service turns into tritonserver arguments.
-Every setting is checked before anything starts; then this process becomes
-`bentoml serve`, keeping its PID. Before that, each encoder of a local repository
-gets the runtime measured fastest on this machine (`serving.runtime_choice`).
+Every setting is checked before anything starts, and so is the installed
+onnxruntime against the providers the target's configs name
+(serving/target_runtime.py); each encoder of a local repository gets the runtime
+measured fastest on this machine (serving/runtime_choice.py); then this process
+becomes `bentoml serve`, keeping its PID.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from model_catalog import MODELS
 from serving.runtime_choice import RuntimeChoiceError, choose_runtimes
 from serving.settings import REMOTE_REPOSITORY_SCHEMES, Settings, SettingsError
+from serving.target_runtime import require_providers
 from serving.triton_options import (
     ENVIRONMENT_VARIABLE,
     TritonOptionError,
@@ -31,7 +34,8 @@ USAGE = "usage: python -m serving.launch TARGET [--triton-options KEY=VALUE]... 
 
 
 def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The `bentoml serve` command line and its environment; SettingsError for any bad setting or option."""
+    """The `bentoml serve` command line and its environment; SettingsError for any bad setting or option, or for a
+    target whose configs the installed onnxruntime cannot run."""
     if not argv or argv[0].startswith("-"):
         raise SettingsError(USAGE)
     target, *rest = argv
@@ -41,6 +45,7 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
         inherited = parse_environment(environment.get(ENVIRONMENT_VARIABLE, ""))
         child_environment[ENVIRONMENT_VARIABLE] = render_environment(inherited + options)
     settings = Settings.from_environment(child_environment)
+    require_providers(settings.model_repository, settings.target)
     command = [sys.executable, "-m", "bentoml", "serve", target, "--production", *settings.serve_arguments()]
     return command + serve_arguments, child_environment
 

@@ -82,6 +82,11 @@ def cpu_bento(bento_home: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def gpu_bento(bento_home: Path) -> Path:
+    return build(bento_home, "gpu")
+
+
+@pytest.fixture(scope="module")
 def dockerfile(bento_home: Path, cpu_bento: Path) -> str:
     """The cpu bento's generated Dockerfile."""
     return containerfile(bento_home, cpu_bento)
@@ -132,11 +137,22 @@ def test_image_starts_its_tritonserver_through_the_wrapper(dockerfile: str, cpu_
     assert started.returncode == 0 and calls.read_text() == "--version\n"
 
 
-def test_bento_installs_the_lock_resolved_for_the_image_python(cpu_bento: Path) -> None:
-    """The install step reads requirements.txt as it is: the lock, for the image's Python, not BentoML's own."""
-    installed = pins((cpu_bento / "env" / "python" / "requirements.txt").read_text())
-    assert installed == pins((ROOT / "container" / "requirements.lock").read_text())
-    assert not (cpu_bento / "env" / "python" / "requirements.lock.txt").exists()
+@pytest.mark.parametrize(
+    ("target", "lock", "runtime", "other_runtime"),
+    [("cpu", "requirements-cpu.lock", "onnxruntime", "onnxruntime-gpu"),
+     ("gpu", "requirements-gpu.lock", "onnxruntime-gpu", "onnxruntime")],
+)  # fmt: skip
+def test_bento_installs_its_targets_lock_resolved_for_the_image_python(
+    request: pytest.FixtureRequest, target: str, lock: str, runtime: str, other_runtime: str
+) -> None:
+    """The install step reads requirements.txt as it is: the target's lock, for the image's Python, not BentoML's own;
+    its onnxruntime build is the one that has the providers of the target's configs, never both builds."""
+    bento = request.getfixturevalue(f"{target}_bento")
+    installed = pins((bento / "env" / "python" / "requirements.txt").read_text())
+    assert installed == pins((ROOT / "container" / lock).read_text())
+    names = {pin.split("==")[0] for pin in installed}
+    assert runtime in names and other_runtime not in names
+    assert not (bento / "env" / "python" / "requirements.lock.txt").exists()
 
 
 def test_bento_carries_every_model_with_every_target_config(cpu_bento: Path) -> None:
@@ -154,8 +170,7 @@ def test_bento_carries_every_model_with_every_target_config(cpu_bento: Path) -> 
     }  # fmt: skip
 
 
-def test_gpu_target_sets_the_config_triton_loads(bento_home: Path) -> None:
-    gpu_bento = build(bento_home, "gpu")
+def test_gpu_target_sets_the_config_triton_loads(bento_home: Path, gpu_bento: Path) -> None:
     info = yaml.safe_load((gpu_bento / "bento.yaml").read_text())
     assert info["labels"]["target"] == "gpu"
     assert "ARG BIONEMO_TARGET=gpu" in containerfile(bento_home, gpu_bento)

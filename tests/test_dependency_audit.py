@@ -16,15 +16,17 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+from serving.target_runtime import CPU_BUILD, GPU_BUILD
+from tools.dependency_audit import TARGET_LOCKS
 from tritonserver_setup.readiness import free_loopback_port
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCK = ROOT / "container" / "requirements.lock"
+CPU_LOCK, GPU_LOCK = ROOT / CPU_BUILD.lock, ROOT / GPU_BUILD.lock
 
 
-def locked_pins() -> dict[str, str]:
+def locked_pins(lock: Path) -> dict[str, str]:
     return {canonicalize_name(name): version for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$",
-                                                                             LOCK.read_text(), re.MULTILINE)}  # fmt: skip
+                                                                             lock.read_text(), re.MULTILINE)}  # fmt: skip
 
 
 def advisory(osv_id: str, alias: str, name: str, fixed: str) -> dict:
@@ -113,25 +115,35 @@ def run_audit(*arguments: str, required: bool = False) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
-def test_an_advisory_for_a_locked_version_fails_the_audit() -> None:
-    version = locked_pins()["pydantic"]
-    record = advisory("GHSA-test-pyd4-0001", "CVE-2099-0001", "pydantic", fixed="99.0")
-    with osv_stand_in({("pydantic", version): [record]}) as osv:
+def test_make_audit_audits_the_lock_of_every_target() -> None:
+    assert TARGET_LOCKS == [CPU_LOCK, GPU_LOCK]
+
+
+def test_an_advisory_for_a_pin_of_one_lock_fails_the_audit_in_that_lock() -> None:
+    """onnxruntime-gpu is pinned in the gpu lock only: the cpu lock passes, the gpu lock fails, the audit fails."""
+    version = locked_pins(GPU_LOCK)["onnxruntime-gpu"]
+    record = advisory("GHSA-test-ortg-0001", "CVE-2099-0001", "onnxruntime-gpu", fixed="99.0")
+    with osv_stand_in({("onnxruntime-gpu", version): [record]}) as osv:
         audit = run_audit("--osv-url", osv.url)
     assert audit.returncode == 1, audit.stdout + audit.stderr
-    (finding,) = [line for line in audit.stdout.splitlines() if line.startswith(f"pydantic {version}: ")]
-    assert "GHSA-test-pyd4-0001" in finding and "CVE-2099-0001" in finding and "(99.0)" in finding
-    assert "known vulnerabilities: 1, pins not audited: 0" in audit.stdout
+    cpu_verdict, finding, gpu_verdict = audit.stdout.splitlines()
+    assert cpu_verdict.startswith(f"dependency audit: no known vulnerabilities in {len(locked_pins(CPU_LOCK))} ")
+    assert finding.startswith(f"onnxruntime-gpu {version}: ")
+    assert "GHSA-test-ortg-0001" in finding and "CVE-2099-0001" in finding and "(99.0)" in finding
+    assert "known vulnerabilities: 1, pins not audited: 0" in gpu_verdict
+    assert gpu_verdict.endswith(f"in {GPU_LOCK}, OSV at {osv.url}")
 
 
-def test_no_advisories_passes_and_counts_every_pin_of_the_lock() -> None:
-    pins = locked_pins()
+def test_no_advisories_passes_and_counts_every_pin_of_every_lock() -> None:
     with osv_stand_in() as osv:
         audit = run_audit("--osv-url", osv.url)
     assert audit.returncode == 0, audit.stdout + audit.stderr
-    assert f"no known vulnerabilities in {len(pins)} packages of {LOCK}" in audit.stdout
-    assert f"against {osv.url}" in audit.stdout
-    assert set(osv.queries) == set(pins.items())
+    assert audit.stdout.splitlines() == [
+        f"dependency audit: no known vulnerabilities in {len(locked_pins(lock))} packages of {lock} (pip-audit against "
+        f"{osv.url})"
+        for lock in (CPU_LOCK, GPU_LOCK)
+    ]
+    assert set(osv.queries) == set(locked_pins(CPU_LOCK).items()) | set(locked_pins(GPU_LOCK).items())
 
 
 @pytest.mark.parametrize(

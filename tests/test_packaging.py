@@ -1,4 +1,4 @@
-"""The bento's lock holds exactly the run-time pins of pyproject.toml, resolved for the image's Python."""
+"""Each runtime's lock: exactly the run-time pins of pyproject.toml and its extra, resolved for the image's Python."""
 
 from __future__ import annotations
 
@@ -11,22 +11,52 @@ from pathlib import Path
 import pytest
 import yaml
 
+from model_catalog import Target
+from serving.target_runtime import CPU_BUILD, GPU_BUILD, TARGET_BUILDS, OnnxRuntimeBuild
+
 ROOT = Path(__file__).resolve().parent.parent
-LOCK = ROOT / "container" / "requirements.lock"
+RUNTIMES = pytest.mark.parametrize("runtime", [CPU_BUILD, GPU_BUILD], ids=lambda runtime: runtime.extra)
 
 
-def locked_versions() -> dict[str, str]:
-    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", LOCK.read_text(), re.MULTILINE)
+def lock_text(runtime: OnnxRuntimeBuild) -> str:
+    return (ROOT / runtime.lock).read_text()
+
+
+def locked_versions(runtime: OnnxRuntimeBuild) -> dict[str, str]:
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock_text(runtime), re.MULTILINE)
     return {name.lower().replace("_", "-"): version for name, version in pins}
 
 
-def test_lock_pins_every_runtime_dependency_at_its_pyproject_version() -> None:
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    locked = locked_versions()
-    for requirement in dependencies:
-        name, version = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", requirement).groups()
-        assert locked.get(name.lower()) == version, requirement
+def requirement_pin(requirement: str) -> tuple[str, str]:
+    name, version = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", requirement).groups()
+    return name.lower(), version
+
+
+@RUNTIMES
+def test_lock_pins_every_runtime_dependency_and_its_extra_at_their_pyproject_versions(runtime: OnnxRuntimeBuild) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = dict(map(requirement_pin, project["optional-dependencies"][runtime.extra]))
+    locked = locked_versions(runtime)
+    for name, version in [*map(requirement_pin, project["dependencies"]), *extra.items()]:
+        assert locked.get(name) == version, name
+    assert runtime.package in extra, f"the {runtime.extra} extra does not pin {runtime.package}"
+    # Both builds install the `onnxruntime` module: one lock, one build.
+    assert {CPU_BUILD.package, GPU_BUILD.package} & set(locked) == {runtime.package}
     assert locked["numpy"].startswith("1."), "Triton's python backend needs numpy < 2"
+
+
+def test_every_target_installs_the_lock_of_its_runtime() -> None:
+    """bentofile.yaml installs the cpu lock (`bentoml build`, `build_bento.py`); the gpu targets share the gpu lock;
+    `make lock` writes one lock per runtime extra."""
+    bentofile = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
+    assert bentofile["python"]["requirements_txt"] == TARGET_BUILDS[Target.CPU].lock == CPU_BUILD.lock
+    assert TARGET_BUILDS[Target.GPU] is TARGET_BUILDS[Target.GPU_TENSORRT] is GPU_BUILD
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^RUNTIMES := (.+)$", makefile, re.MULTILINE).group(1).split() == ["cpu", "gpu"]
+    assert "-o container/requirements-$$runtime.lock" in makefile
+    assert {path.name for path in (ROOT / "container").glob("*.lock")} == {
+        Path(CPU_BUILD.lock).name, Path(GPU_BUILD.lock).name
+    }
 
 
 def image_target() -> tuple[str, str]:
@@ -37,36 +67,42 @@ def image_target() -> tuple[str, str]:
     return python, platform
 
 
-def test_lock_was_resolved_for_the_python_of_the_base_image() -> None:
+@RUNTIMES
+def test_lock_was_resolved_for_the_python_of_the_base_image(runtime: OnnxRuntimeBuild) -> None:
     docker = yaml.safe_load((ROOT / "bentofile.yaml").read_text())["docker"]
     python, platform = image_target()
     assert docker["base_image"].startswith("nvcr.io/nvidia/tritonserver:")
     assert docker["python_version"] == python
-    assert f"--python-version {python} --python-platform {platform} " in LOCK.read_text().splitlines()[1]
+    command = lock_text(runtime).splitlines()[1]
+    assert f" --extra {runtime.extra} --python-version {python} --python-platform {platform} " in command
+    assert command.endswith(f" -o {runtime.lock}")
     assert docker["dockerfile_template"] == "container/Dockerfile.template"
 
 
-def resolve_lock(python: str, platform: str) -> subprocess.CompletedProcess[str]:
+def resolve_lock(runtime: OnnxRuntimeBuild, python: str, platform: str) -> subprocess.CompletedProcess[str]:
     """uv resolves the lock again, wheels only, for `python` on `platform` (asks PyPI; about a second)."""
     return subprocess.run(
-        [sys.executable, "-m", "uv", "pip", "compile", str(LOCK), "--python-version", python, "--python-platform",
-         platform, "--only-binary", ":all:", "--no-header", "--no-annotate", "--no-python-downloads"],
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "uv", "pip", "compile", str(ROOT / runtime.lock), "--python-version", python,
+         "--python-platform", platform, "--only-binary", ":all:", "--no-header", "--no-annotate",
+         "--no-python-downloads"],
+        capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
 
-def test_lock_resolves_to_itself_with_wheels_for_the_image() -> None:
-    resolved = resolve_lock(*image_target())
+@RUNTIMES
+def test_lock_resolves_to_itself_with_wheels_for_the_image(runtime: OnnxRuntimeBuild) -> None:
+    resolved = resolve_lock(runtime, *image_target())
     assert resolved.returncode == 0, resolved.stderr
     assert {line for line in resolved.stdout.splitlines() if "==" in line} == {
-        f"{name}=={version}" for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", LOCK.read_text(), re.MULTILINE)
+        f"{name}=={version}" for name, version in locked_versions(runtime).items()
     }
 
 
+@RUNTIMES
 @pytest.mark.parametrize(
     ("python", "missing"), [("3.10", "Python>=3.11"), ("3.13", "numpy")], ids=["py3.10-images-up-to-24.11", "py3.13"]
 )
-def test_lock_does_not_resolve_for_other_pythons(python: str, missing: str) -> None:
+def test_lock_does_not_resolve_for_other_pythons(runtime: OnnxRuntimeBuild, python: str, missing: str) -> None:
     """Why the image's Python matters: the pins need 3.11 or newer (onnxruntime 1.31 too), numpy 1.26 has no 3.13 wheels."""
-    resolved = resolve_lock(python, image_target()[1])
+    resolved = resolve_lock(runtime, python, image_target()[1])
     assert resolved.returncode != 0 and missing in resolved.stderr

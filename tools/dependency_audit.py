@@ -1,11 +1,12 @@
-"""`make audit`: the bento's pinned packages against the OSV advisory database, with pip-audit.
+"""`make audit`: the bentos' pinned packages against the OSV advisory database, with pip-audit.
 
-    python -m tools.dependency_audit [--osv-url URL] [--lock container/requirements.lock] [--required]
+    python -m tools.dependency_audit [--osv-url URL] [--lock container/requirements-cpu.lock]... [--required]
 
-Audits `container/requirements.lock` (the exact pins the image installs) as it is: `--no-deps --disable-pip`,
-since the lock is complete and nothing needs resolving or installing. Exit 1 on a known vulnerability, printing
-`package version: advisory id (fix versions)` for each, or when a pin of the lock was not audited (pip-audit skips
-URL pins, and drops pins whose environment marker is false for the Python running it, not the image's).
+Audits every target's lock, `container/requirements-*.lock` (the exact pins an image installs; `--lock`, repeated,
+picks others), each as it is: `--no-deps --disable-pip`, since a lock is complete and nothing needs resolving or
+installing. Exit 1 on a known vulnerability, printing `package version: advisory id (fix versions)` for each before
+the verdict on its lock, or when a pin of a lock was not audited (pip-audit skips URL pins, and drops pins whose
+environment marker is false for the Python running it, not the image's).
 
 Where the advisory service cannot be reached (a closed network, a proxy that only serves the package index), the
 audit prints `dependency audit NOT RUN: <url> unreachable (<error>)` and exits 0, so that `make test` stays usable
@@ -29,7 +30,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LOCK = ROOT / "container" / "requirements.lock"
+TARGET_LOCKS = sorted((ROOT / "container").glob("requirements-*.lock"))
+"""One per onnxruntime build (serving/target_runtime.py), as `make lock` writes them."""
 DEFAULT_OSV_URL = "https://api.osv.dev/v1/query"
 PROBE_TIMEOUT_S = 5
 # `name==version` at the start of a line, before any marker or comment (as `uv pip compile` writes pins).
@@ -43,6 +45,8 @@ SERVICE_FAILURES = re.compile(r"^requests\.exceptions\.\w+: .*$|Could not connec
 class Outcome:
     exit_code: int
     lines: list[str]
+    reached: bool = True
+    """False where the service did not answer: auditing another lock would not reach it either."""
 
 
 def locked_pins(lock: Path) -> dict[str, Version]:
@@ -80,7 +84,7 @@ def run_pip_audit(lock: Path, osv_url: str, timeout_s: int) -> subprocess.Comple
 
 def not_run(osv_url: str, error: str, required: bool) -> Outcome:
     """Said in so many words: an audit that did not happen must not read as one that found nothing."""
-    return Outcome(1 if required else 0, [f"dependency audit NOT RUN: {osv_url} unreachable ({error})"])
+    return Outcome(1 if required else 0, [f"dependency audit NOT RUN: {osv_url} unreachable ({error})"], reached=False)
 
 
 def finding(entry: dict, vulnerability: dict) -> str:
@@ -130,17 +134,35 @@ def audit(lock: Path, osv_url: str, timeout_s: int, required: bool) -> Outcome:
     return judge(report, pins, lock, osv_url)
 
 
+def audit_locks(locks: list[Path], osv_url: str, timeout_s: int, required: bool) -> Outcome:
+    """Each lock in turn, its findings and verdict after the previous one's; the worst exit code. The first
+    NOT RUN stands for all of them."""
+    if not locks:
+        return Outcome(1, ["dependency audit FAILED: no lock to audit (`make lock` writes them into container/)"])
+    outcomes = []
+    for lock in locks:
+        outcome = audit(lock, osv_url, timeout_s, required)
+        if not outcome.reached:
+            return outcome
+        outcomes.append(outcome)
+    lines = [line for outcome in outcomes for line in outcome.lines]
+    return Outcome(max(outcome.exit_code for outcome in outcomes), lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--osv-url", default=DEFAULT_OSV_URL, help="an OSV-compatible /v1/query endpoint (a mirror)")
-    parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="a requirements file of exact pins")
+    parser.add_argument(
+        "--lock", type=Path, action="append",
+        help="a requirements file of exact pins; repeatable (default: every container/requirements-*.lock)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=int, default=15, help="seconds pip-audit waits for each answer")
     parser.add_argument(
         "--required", action="store_true", default=os.environ.get("AUDIT_REQUIRED") == "1",
         help="exit 1 when the service is unreachable (default: AUDIT_REQUIRED=1 in the environment)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    outcome = audit(args.lock, args.osv_url, args.timeout, args.required)
+    outcome = audit_locks(args.lock or TARGET_LOCKS, args.osv_url, args.timeout, args.required)
     print("\n".join(outcome.lines))
     return outcome.exit_code
 
