@@ -109,10 +109,10 @@ class BatchingPolicy:
     preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
     max_queue_delay_microseconds: int = 2000
     instance_count: int = 2
-    """Model instances Triton runs side by side. On 2 cores, two instances of one onnxruntime thread each
-    answered 1.47x the /embed throughput of one instance with two threads (docs/benchmarks.md)."""
-    intra_op_threads: int = 1
-    """onnxruntime threads per instance on CPU (the python backend); 0 lets onnxruntime take every core."""
+    """Model instances Triton runs side by side; they overlap the python backend's own work with each other's runs."""
+    intra_op_threads: int = 0
+    """Threads per instance on CPU (the python backend); 0: the cores shared among the instances busy at the moment
+    (exporter/triton_backend/runtimes.CoreShare), so that a lone request runs on all of them (README: threads)."""
     cache_idle_seconds: int = 60
     """A stateful graph forgets a row's cache unused this long: its client went away without releasing it."""
     attention_budget: int = 1024 * 1024

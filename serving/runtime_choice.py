@@ -183,8 +183,9 @@ class ModelFolder:
 
 
 def instance_threads(config: model_config_pb2.ModelConfig) -> int:
-    """The threads one instance runs a batch on when every instance is busy: what throughput depends on."""
-    return int(config.parameters["intra_op_threads"].string_value) or len(os.sched_getaffinity(0))
+    """The threads one instance runs a batch on when all of the model's are busy: what throughput depends on."""
+    fixed = int(config.parameters["intra_op_threads"].string_value)
+    return fixed or max(1, len(os.sched_getaffinity(0)) // sum(group.count for group in config.instance_group))
 
 
 def stateless_folders(repository: Path, models: Collection[str]) -> list[ModelFolder]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from tritonclient.grpc import model_config_pb2
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
-from exporter.triton_backend.runtimes import Runtime, open_engine
+from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine
 from model_catalog import MODELS, GraphRole
 from serving.runtime_choice import RECORD, RuntimeChoiceError, choose_runtimes, cpu_model
 from serving.settings import Settings, SettingsError
@@ -152,3 +154,28 @@ def test_runtime_setting(value: str, expected: dict[str, Runtime]) -> None:
 def test_a_bad_runtime_setting_names_what_is_known(value: str) -> None:
     with pytest.raises(SettingsError, match=r"BIONEMO_RUNTIME=.*runtimes: onnxruntime, onnxruntime-fused"):
         Settings.from_environment({"BIONEMO_RUNTIME": value})
+
+
+def test_a_lone_run_takes_every_core_and_busy_instances_share_them(tmp_path: Path) -> None:
+    board = tmp_path / "board"
+    first, second = CoreShare(4, board), CoreShare(4, board)
+    with first.running() as alone:
+        with second.running() as beside_a_busy_one:
+            pass
+    with second.running() as alone_again:
+        pass
+    assert (alone, beside_a_busy_one, alone_again) == (4, 2, 4)
+
+
+def test_a_dead_instance_neither_holds_its_slot_nor_counts_as_busy(tmp_path: Path) -> None:
+    board = tmp_path / "board"
+    live = CoreShare(2, board)
+    died = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from exporter.triton_backend.runtimes import "
+         "CoreShare; share = CoreShare(2, Path(sys.argv[1])); share.running().__enter__(); print(share.slot)", str(board)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip  # it exits while busy, as a killed stub would
+    assert died.stdout.strip() == "1", died.stderr
+    with live.running() as threads:
+        assert threads == 2
+    assert CoreShare(2, board).slot == 1

@@ -13,9 +13,14 @@ every core and each of several busy instances its share.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import fcntl
 import importlib.util
 import json
+import mmap
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -155,3 +160,55 @@ class OpenVinoEngine:
         request = self.request(threads)
         request.infer(feeds)
         return [request.get_tensor(name).data.copy() for name in outputs]
+
+
+class CoreShare:
+    """How many threads a run gets: the cores, shared among the instances of this tritonserver running a batch now.
+
+    A lone request runs on every core; under load each busy instance gets its share, so instances never
+    oversubscribe the cores (two instances of two spinning threads halved throughput on 2 cores), except for the
+    rest of a run that started alone when another instance starts. The instances' python-backend stubs are
+    processes of one tritonserver: each owns a slot of a small board in /dev/shm named after it (its pid, the stubs'
+    parent), holding the slot owner's pid and a busy byte, claimed under a file lock; a dead owner's slot is free.
+    """
+
+    SLOTS = 256
+
+    def __init__(self, cores: int, board: Path | None = None) -> None:
+        self.cores = cores
+        path = board or Path(f"/dev/shm/bionemo-core-share-{os.getppid()}")
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            if os.fstat(descriptor).st_size < self.SLOTS * 5:
+                os.ftruncate(descriptor, self.SLOTS * 5)
+            self.board = mmap.mmap(descriptor, self.SLOTS * 5)
+            self.owners = memoryview(self.board)[: self.SLOTS * 4].cast("i")
+            self.busy = memoryview(self.board)[self.SLOTS * 4 :]
+            self.slot = next(slot for slot in range(self.SLOTS) if not _alive(self.owners[slot]))
+            self.owners[self.slot], self.busy[self.slot] = os.getpid(), 0
+        finally:
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+            os.close(descriptor)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[int]:
+        """Mark this instance busy for the block; yields its thread count, read as the block starts."""
+        self.busy[self.slot] = 1
+        try:
+            others = sum(1 for slot in range(self.SLOTS) if self.busy[slot] and slot != self.slot and _alive(self.owners[slot]))
+            yield max(1, self.cores // (1 + others))
+        finally:
+            self.busy[self.slot] = 0
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

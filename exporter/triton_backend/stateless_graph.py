@@ -14,6 +14,7 @@ pieces, so that the runtime's memory stays bounded whatever Triton merges.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -24,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import Runtime, open_engine  # noqa: E402
+from runtimes import CoreShare, Runtime, open_engine  # noqa: E402
 
 
 class TritonPythonModel:
@@ -40,7 +41,9 @@ class TritonPythonModel:
         graph = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
         runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
         self.engine = open_engine(runtime, graph.with_name(runtime.file(graph.stem)), parameters["execution_provider"])
-        self.threads = int(parameters["intra_op_threads"]) or len(os.sched_getaffinity(0))
+        fixed_threads = int(parameters["intra_op_threads"])
+        # 0: a share of the cores, all of them for a lone request (runtimes.CoreShare); otherwise that many threads.
+        self.threads = (lambda: contextlib.nullcontext(fixed_threads)) if fixed_threads else CoreShare(len(os.sched_getaffinity(0))).running
         self.attention_budget = int(parameters["attention_budget"])
 
     def execute(self, requests: list) -> list:
@@ -75,10 +78,10 @@ class TritonPythonModel:
         batch = next(iter(feeds.values()))
         tokens = batch.shape[1] if batch.ndim > 1 else 1
         rows = max(1, self.attention_budget // tokens**2)
-        if len(batch) <= rows:
-            return dict(zip(wanted, self.engine.run(wanted, feeds, self.threads)))
-        pieces = [
-            self.engine.run(wanted, {name: array[start : start + rows] for name, array in feeds.items()}, self.threads)
-            for start in range(0, len(batch), rows)
-        ]
+        pieces = []
+        for start in range(0, len(batch), rows):
+            with self.threads() as threads:
+                pieces.append(self.engine.run(wanted, {name: array[start : start + rows] for name, array in feeds.items()}, threads))
+        if len(pieces) == 1:
+            return dict(zip(wanted, pieces[0]))
         return {name: np.concatenate([piece[index] for piece in pieces]) for index, name in enumerate(wanted)}

@@ -1,0 +1,79 @@
+"""End to end, per runtime: the service with BIONEMO_RUNTIME forcing it answers what transformers computes, and the
+service left to choose runs the runtime its timings on this machine picked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
+from exporter.triton_backend.runtimes import Runtime
+from reference import TransformersReference
+from test_service_e2e import TOLERANCE, mixed_sequences
+
+MODELS_CHECKED = ("esm2nv", "prott5nv")
+"""Rotary and relative (T5) attention: the two that fused attention kernels treat differently."""
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default export of the models checked, with its timings: a forced runtime is written into these configs."""
+    root = tmp_path_factory.mktemp("runtimes-e2e")
+    for name in MODELS_CHECKED:
+        shutil.copytree(DEFAULT_REPOSITORY / name, root / name)
+    return root
+
+
+@pytest.fixture(scope="module", params=list(Runtime), ids=lambda runtime: runtime.value)
+def forced(request: pytest.FixtureRequest, repository: Path) -> Iterator[tuple[Runtime, RunningService]]:
+    running = start_launcher({"BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_RUNTIME": request.param.value})
+    yield request.param, running
+    stop_service(running)
+
+
+@pytest.fixture(scope="module", params=MODELS_CHECKED)
+def reference(request: pytest.FixtureRequest) -> TransformersReference:
+    return TransformersReference(request.param)
+
+
+def model_name(reference: TransformersReference) -> str:
+    return reference.folder.name
+
+
+def test_the_forced_runtime_serves_what_transformers_computes(
+    forced: tuple[Runtime, RunningService], reference: TransformersReference
+) -> None:
+    runtime, service = forced
+    model = model_name(reference)
+    (info,) = [entry for entry in requests.get(f"{service.url}/models", timeout=30).json()["models"] if entry["name"] == model]
+    assert [(graph["runtime"], graph["chosen_by"]) for graph in info["runtimes"]] == [(runtime.value, "BIONEMO_RUNTIME")]
+    sequences = mixed_sequences(model)  # 1 residue to the model's limit in one request: several length buckets
+    embedded = requests.post(f"{service.url}/embed", json={"sequences": sequences, "model": model}, timeout=120)
+    hidden = requests.post(f"{service.url}/hidden", json={"sequences": sequences, "model": model}, timeout=120)
+    assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
+    states = np.asarray(hidden.json()["hiddens"])
+    for row, (sequence, vector) in enumerate(zip(sequences, embedded.json()["embeddings"])):
+        assert np.abs(np.asarray(vector) - reference.mean_embedding(sequence)).max() < TOLERANCE, (runtime, row)
+        expected = reference.hidden_states(sequence)
+        assert np.abs(states[row, : len(expected)] - expected).max() < TOLERANCE, (runtime, row)
+
+
+def test_the_runtime_served_is_the_one_the_timings_picked(service: RunningService) -> None:
+    """The shared service starts with BIONEMO_RUNTIME unset: each encoder runs the fastest of its recorded timings."""
+    for info in requests.get(f"{service.url}/models", timeout=30).json()["models"]:
+        for graph in info["runtimes"]:
+            config = DEFAULT_REPOSITORY / graph["triton_model"]
+            if not (config / "runtime.json").is_file():
+                assert graph == {**graph, "runtime": "onnxruntime", "chosen_by": "default"}  # the stateful decoder
+                continue
+            timings = json.loads((config / "runtime.json").read_text())
+            totals = {runtime: sum(times.values()) for runtime, times in timings["milliseconds"].items()}
+            assert graph["chosen_by"] == "measurement" and graph["cpu"] == timings["cpu"]
+            assert graph["runtime"] == min(totals, key=totals.__getitem__), (graph, totals)
+            assert f'string_value: "{graph["runtime"]}"' in (config / "config.pbtxt").read_text()
