@@ -160,6 +160,11 @@ def _targets(run: Run) -> list[str]:
         basis = f"{len(pairs)} pairs"
     rows.append(("front overhead: median of paired one-sequence latencies, service − direct Triton (ms)", overhead,
                  basis, "<= 1.0 ms", (1.0).__ge__))  # fmt: skip
+    lone, basis = None, ""
+    if SERVICE in run.probes and NAIVE in run.probes:
+        service_p50, naive_p50 = (float(np.median(run.probes[name].latencies_ms)) for name in (SERVICE, NAIVE))
+        lone, basis = service_p50 / naive_p50, f"p50 {service_p50:.1f} vs {naive_p50:.1f} ms, {len(run.probes[SERVICE].latencies_ms)} each"
+    rows.append(("one sequence at a time: this service's p50 / the naive server's", lone, basis, "<= 1.0x", (1.0).__ge__))
     service_points = [p for p in run.points if p.contender == SERVICE]
     share, basis = None, ""
     if service_points:

@@ -20,7 +20,8 @@ import importlib.util
 import json
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -160,6 +161,28 @@ class OpenVinoEngine:
         request = self.request(threads)
         request.infer(feeds)
         return [request.get_tensor(name).data.copy() for name in outputs]
+
+
+def run_in_pieces(
+    engine: Engine,
+    outputs: list[str],
+    feeds: dict[str, np.ndarray],
+    attention_budget: int,
+    threads: Callable[[], AbstractContextManager[int]],
+) -> dict[str, np.ndarray]:
+    """`outputs` of one batch, run in pieces of at most `attention_budget` rows x tokens² (the second axis of the
+    inputs), each on the threads `threads()` gives as it starts: a runtime's arena keeps the largest working set it
+    has met, so one merged batch of long rows would otherwise hold gigabytes for good (docs/reliability.md)."""
+    batch = next(iter(feeds.values()))
+    tokens = batch.shape[1] if batch.ndim > 1 else 1
+    rows = max(1, attention_budget // tokens**2)
+    pieces = []
+    for start in range(0, len(batch), rows):
+        with threads() as count:
+            pieces.append(engine.run(outputs, {name: array[start : start + rows] for name, array in feeds.items()}, count))
+    if len(pieces) == 1:
+        return dict(zip(outputs, pieces[0]))
+    return {name: np.concatenate([piece[index] for piece in pieces]) for index, name in enumerate(outputs)}
 
 
 class CoreShare:

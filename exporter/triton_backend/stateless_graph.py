@@ -25,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import CoreShare, Runtime, open_engine  # noqa: E402
+from runtimes import CoreShare, Runtime, open_engine, run_in_pieces  # noqa: E402
 
 
 class TritonPythonModel:
@@ -60,7 +60,7 @@ class TritonPythonModel:
         responses: list = [None] * len(requests)
         for (wanted, *_), members in groups.items():
             feeds = {name: np.concatenate([arrays[i][name] for i in members]) for name in self.inputs}
-            results = self.run(list(wanted), feeds)
+            results = run_in_pieces(self.engine, list(wanted), feeds, self.attention_budget, self.threads)
             offsets = np.cumsum([0] + [len(arrays[i][next(iter(self.inputs))]) for i in members])
             for member, start, stop in zip(members, offsets[:-1], offsets[1:]):
                 responses[member] = pb_utils.InferenceResponse(
@@ -70,18 +70,3 @@ class TritonPythonModel:
                     ]
                 )
         return responses
-
-    def run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """`wanted` outputs of one batch, run in pieces of at most `attention_budget` rows x tokens² (the second
-        axis of the inputs): the runtime's arena keeps the largest working set it has met, so one merged batch of
-        long rows would otherwise hold gigabytes for good."""
-        batch = next(iter(feeds.values()))
-        tokens = batch.shape[1] if batch.ndim > 1 else 1
-        rows = max(1, self.attention_budget // tokens**2)
-        pieces = []
-        for start in range(0, len(batch), rows):
-            with self.threads() as threads:
-                pieces.append(self.engine.run(wanted, {name: array[start : start + rows] for name, array in feeds.items()}, threads))
-        if len(pieces) == 1:
-            return dict(zip(wanted, pieces[0]))
-        return {name: np.concatenate([piece[index] for piece in pieces]) for index, name in enumerate(wanted)}
