@@ -132,6 +132,8 @@ class TorchScriptEngine:
             self.torch.set_num_threads(threads)
         with self.torch.inference_mode():
             results = self.module(*(self.torch.from_numpy(feeds[name]) for name in self.inputs))
+        if isinstance(results, self.torch.Tensor):  # a graph of one output returns it alone, not in a tuple
+            results = (results,)
         return [results[self.outputs.index(name)].numpy() for name in outputs]
 
 
