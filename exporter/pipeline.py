@@ -121,7 +121,7 @@ def export_model(
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
             parities = []
-            runtimes[graph] = {}
+            outcomes: dict[Runtime, dict[str, ParityReport | str]] = {runtime: {} for runtime in CONVERTERS}
             for part in graph.onnx_graphs:
                 module = loaded.module(graph, part)
                 with progress.stage("convert", f"{name} {part.file} to ONNX ({optimizer.value})"):
@@ -131,18 +131,18 @@ def export_model(
                     batches = verification_inputs(description, graph.role, loaded.graphs, GATE_SEED, part.name)
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
-                if not graph.stateful:
-                    sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
-                    for runtime, convert in CONVERTERS.items():
-                        with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
-                            runtimes[graph][runtime] = _convert_runtime(
-                                runtime, convert, module, part, sample, batches, version_dir, name, tolerance
-                            )
+                sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
+                for runtime, convert in CONVERTERS.items():
+                    with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
+                        outcomes[runtime][part.name] = _convert_runtime(
+                            runtime, convert, module, part, sample, batches, version_dir, name, tolerance
+                        )
+            runtimes[graph] = {
+                runtime: _every_part(runtime, graph, outcomes[runtime], version_dir) for runtime in CONVERTERS
+            }
             shutil.copy(BACKENDS / f"{graph.backend.value}.py", version_dir / "model.py")
-            if not graph.stateful:
-                shutil.copy(BACKENDS / "runtimes.py", version_dir / "runtimes.py")
-            worst = max(parities, key=lambda parity: parity.max_abs_diff)
-            staged[graph] = (version_dir, replace(worst, values_compared=sum(p.values_compared for p in parities)))
+            shutil.copy(BACKENDS / "runtimes.py", version_dir / "runtimes.py")
+            staged[graph] = (version_dir, _worst(parities))
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
@@ -204,6 +204,27 @@ def _publish(
     external = any(external_data_path(path).exists() for path in onnx_paths)
     names = [path.name for path in onnx_paths]
     return GraphReport(description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs, runtimes)
+
+
+def _worst(parities: list[ParityReport]) -> ParityReport:
+    """The worst of a graph's parts, counting the values compared in all of them."""
+    worst = max(parities, key=lambda parity: parity.max_abs_diff)
+    return replace(worst, values_compared=sum(parity.values_compared for parity in parities))
+
+
+def _every_part(
+    runtime: Runtime, graph: GraphSpec, outcomes: dict[str, ParityReport | str], version_dir: Path
+) -> ParityReport | str:
+    """A runtime serves a graph only with all of its parts (the decoder's cross_attention and step): one part left
+    out leaves the runtime out, the other parts' files removed too."""
+    named = len(outcomes) > 1
+    reasons = [f"{part}: {why}" if named else why for part, why in outcomes.items() if isinstance(why, str)]
+    if not reasons:
+        return _worst([outcome for outcome in outcomes.values() if isinstance(outcome, ParityReport)])
+    for part in graph.onnx_graphs:
+        for written in written_files(runtime, part, version_dir):
+            written.unlink(missing_ok=True)
+    return "; ".join(reasons)
 
 
 def _convert_runtime(

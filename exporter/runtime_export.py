@@ -1,4 +1,4 @@
-"""Write a stateless graph once more for each CPU runtime that fuses attention, beside its ONNX file.
+"""Write a graph's ONNX files once more for each CPU runtime that fuses attention, beside them.
 
 `model.onnx` computes attention as separate MatMul, Add, Softmax, MatMul ops over
 [rows, heads, L, L]: on an Intel Xeon (AVX-512) 1.7-2.2x slower than torch's
@@ -26,11 +26,13 @@ Converter = Callable[[torch.nn.Module, OnnxGraph, GraphInputs, Path], None]
 
 
 def export_torchscript(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path) -> None:
-    """The traced module, with its tensors' names in an extra file (a trace keeps none)."""
+    """The traced module, frozen (only the weights it uses: the decoder's parts hold the whole seq2seq model), with its
+    tensors' names in an extra file (a trace keeps none)."""
     inputs = input_names(graph, sample)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # shape branches: the parity gate, on other shapes, proves the trace general
-        traced = torch.jit.trace(module, tuple(torch.from_numpy(sample.feeds[name]) for name in inputs), check_trace=False)
+        example = tuple(torch.from_numpy(sample.feeds[name]) for name in inputs)
+        traced = torch.jit.freeze(torch.jit.trace(module, example, check_trace=False).eval())
     names = json.dumps({"inputs": inputs, "outputs": [spec.name for spec in graph.outputs]})
     torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_NAMES: names})
 
@@ -41,14 +43,16 @@ def export_openvino(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInpu
     import openvino
 
     inputs = input_names(graph, sample)
-    shapes = [(name, [-1] * sample.feeds[name].ndim, openvino.Type.i64) for name in inputs]
+    # Every axis dynamic, of the sample's type: the decoder step's masks and token ids are int64, its caches float32.
+    shapes = [([-1] * sample.feeds[name].ndim, openvino.Type(sample.feeds[name].dtype)) for name in inputs]
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = openvino.convert_model(
             module, example_input=tuple(torch.from_numpy(sample.feeds[name]) for name in inputs), input=shapes
         )
-    for output, spec in zip(model.outputs, graph.outputs):
-        output.get_tensor().set_names({spec.name})
+    # Named in order: a forward's parameters do not name the decoder step's per-layer caches (`*caches`).
+    for tensor, name in zip([*model.inputs, *model.outputs], [*inputs, *(spec.name for spec in graph.outputs)]):
+        tensor.get_tensor().set_names({name})
     # Weights stay float32: OpenVINO's default halves them, which alone differs from torch by ~3e-3.
     openvino.save_model(model, str(path), compress_to_fp16=False)
 

@@ -1,14 +1,17 @@
-"""Which runtime runs each stateless graph: timed on the machine that serves, recorded in the model's config.
+"""Which runtime runs each graph: timed on the machine that serves, recorded in the model's config.
 
     python -m serving.runtime_choice [--repository model_repository]
 
-The exporter writes each encoder once per runtime it can convert it for, every
+The exporter writes each graph once per runtime it can convert it for, every
 file held to the same parity gate (exporter/runtime_export.py). Which is fastest
 depends on the CPU: on an Intel Xeon (AVX-512) onnxruntime's unfused attention
 ran 8 proteins of 512 residues 2x slower than torch's fused kernel. So before
 tritonserver starts, `python -m serving.launch` (and `make models`, after an
-export) times every runtime that is installed and exported on the model's own
-shapes (length buckets up to its longest input, one row and up to eight), on the threads one instance runs with under load, and writes the choice
+export) times every runtime that is installed and exported on the graph's own
+shapes, on the threads one instance runs with under load: an encoder on its
+length buckets up to its longest input, one row and up to eight; the cached
+decoder on steps of one row and of a batch of decodings, early and late in a
+molecule, and on its cross-attention part. It writes the choice
 into `config.pbtxt` (parameter `runtime`, which the backend opens) and the
 timings beside it (`runtime.json`; `GET /models` shows them). A choice is timed
 again only when it was made on another CPU, with other threads, for another
@@ -31,8 +34,9 @@ import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from exporter.graph_inputs import layer_caches
 from exporter.triton_backend.runtimes import Runtime, open_engine
-from model_catalog import MODELS, ModelDescription
+from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
 
 RECORD = "runtime.json"
@@ -40,8 +44,12 @@ RECORD = "runtime.json"
 SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
 MOST_ROWS = 8
 """Rows of the largest batch timed: what requests of 1-8 sequences merge into, in a bounded time."""
-TIMED_RUNS = 2
-"""Runs per shape after one warm-up; the fastest counts (the others met a busy machine)."""
+DECODER_ROWS, DECODED_POSITIONS, SOURCE_TOKENS = (1, 16), (40, 100), 60
+"""The decoder's steps timed: one decoding and a batch of them in flight, after 40 and 100 tokens, of a source of
+60 tokens (a drug-like SMILES); its cross-attention part on the same sources."""
+WARM_UP_RUNS, TIMED_RUNS = 2, 2
+"""Runs per shape: the warm-up (TorchScript's profiling executor optimises a graph at its second run), then the timed
+ones, of which the fastest counts (the others met a busy machine)."""
 
 
 class RuntimeChoiceError(ValueError):
@@ -56,7 +64,8 @@ class Timings:
     threads: int
     version: int
     milliseconds: dict[str, dict[str, float]]
-    """Runtime value -> its time on each batch shape, `<rows>x<tokens>`."""
+    """Runtime value -> its time on each batch shape: `<rows>x<tokens>` (an encoder), `cross_attention <rows>x<source
+    tokens>` and `step <rows>x<decoded positions>` (the decoder)."""
     left_out: dict[str, str]
     """Runtime value -> why it was not timed."""
 
@@ -79,6 +88,16 @@ def cpu_model() -> str:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
 
 
+@dataclass(frozen=True)
+class TimedBatch:
+    """One batch each runtime runs: `feeds` for the graph's part `part` (model_catalog.OnnxGraph), asking `outputs`."""
+
+    shape: str
+    part: str
+    outputs: list[str]
+    feeds: dict[str, np.ndarray]
+
+
 def timing_shapes(description: ModelDescription, config: model_config_pb2.ModelConfig) -> list[tuple[int, int]]:
     """One row and up to MOST_ROWS (within max_batch_size and attention_budget), at short, middle and the longest
     token widths the model accepts: the shapes the length buckets send."""
@@ -98,42 +117,82 @@ def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.ran
     return tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)]).model_inputs()
 
 
-def available(version_dir: Path, config: model_config_pb2.ModelConfig) -> tuple[dict[Runtime, Path], dict[str, str]]:
-    """The runtimes exported into `version_dir` and installed here, with their files; why each other one is not."""
-    graph = Path(config.parameters["model_file"].string_value).stem
+def encoder_batches(
+    description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig
+) -> list[TimedBatch]:
+    """The encoder's timing_shapes, asking for the config's first output (what the service asks most)."""
+    rng = np.random.default_rng(0)
+    (part,) = graph.onnx_graphs
+    return [
+        TimedBatch(f"{rows}x{tokens}", part.name, [config.output[0].name], feeds_for(description, rows, tokens, rng))
+        for rows, tokens in timing_shapes(description, config)
+    ]
+
+
+def decoder_batches(config: model_config_pb2.ModelConfig, version_dir: Path) -> list[TimedBatch]:
+    """The cached decoder's cross-attention on random sources, and its steps against their keys and values (computed
+    by the ONNX file, which every export has) and random caches of the tokens decoded before."""
+    rng = np.random.default_rng(0)
+    hidden_size = next(tensor.dims[-1] for tensor in config.input if tensor.name == "encoder_hidden_states")
+    vocab_size = config.output[0].dims[-1]
+    sources = rng.standard_normal((max(DECODER_ROWS), SOURCE_TOKENS, hidden_size)).astype(np.float32)
+    cross_attention = open_engine(Runtime.ONNXRUNTIME, version_dir / Runtime.ONNXRUNTIME.file("cross_attention"))
+    (cross_kv,) = cross_attention.run(["cross_kv"], {"encoder_hidden_states": sources}, 1)
+    batches = [
+        TimedBatch(f"cross_attention {rows}x{SOURCE_TOKENS}", "cross_attention", ["cross_kv"],
+                   {"encoder_hidden_states": sources[:rows]})
+        for rows in DECODER_ROWS
+    ]  # fmt: skip
+    for rows in DECODER_ROWS:
+        for decoded in DECODED_POSITIONS:
+            self_kv = rng.standard_normal((rows, *cross_kv.shape[1:4], decoded, cross_kv.shape[5])).astype(np.float32)
+            feeds = {
+                "token": rng.integers(vocab_size, size=rows),
+                "position": np.full(rows, decoded),
+                "self_mask": np.ones((rows, decoded), dtype=np.int64),
+                "encoder_mask": np.ones((rows, SOURCE_TOKENS), dtype=np.int64),
+                **layer_caches(self_kv, cross_kv[:rows]),
+            }
+            batches.append(TimedBatch(f"step {rows}x{decoded}", "step", ["logits", "token_kv"], feeds))
+    return batches
+
+
+def available(version_dir: Path, graph: GraphSpec) -> tuple[dict[Runtime, dict[str, Path]], dict[str, str]]:
+    """The runtimes exported into `version_dir` for every part of `graph` and installed here, with each part's file;
+    why each other one is not."""
     files, left_out = {}, {}
     for runtime in Runtime:
-        path = version_dir / runtime.file(graph)
-        if not path.is_file():
-            left_out[runtime.value] = f"not exported ({path.name} missing)"
+        paths = {part.name: version_dir / runtime.file(part.name) for part in graph.onnx_graphs}
+        missing = [path.name for path in paths.values() if not path.is_file()]
+        if missing:
+            left_out[runtime.value] = f"not exported ({', '.join(missing)} missing)"
         elif not runtime.installed():
             left_out[runtime.value] = f"{runtime.library} is not installed"
         else:
-            files[runtime] = path
+            files[runtime] = paths
     return files, left_out
 
 
-def measure(
-    description: ModelDescription, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int
-) -> Timings:
+def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int) -> Timings:
     """Time every runtime available in `version_dir`, shape by shape, runtime after runtime."""
-    shapes = timing_shapes(description, config)
-    rng = np.random.default_rng(0)
-    batches = [feeds_for(description, rows, tokens, rng) for rows, tokens in shapes]
-    wanted = [config.output[0].name]
-    files, left_out = available(version_dir, config)
+    if folder.graph.role is GraphRole.DECODER:
+        batches = decoder_batches(config, version_dir)
+    else:
+        batches = encoder_batches(folder.description, folder.graph, config)
+    files, left_out = available(version_dir, folder.graph)
     milliseconds = {}
-    for runtime, path in files.items():
-        engine = open_engine(runtime, path)
+    for runtime, paths in files.items():
+        engines = {part: open_engine(runtime, path) for part, path in paths.items()}
         milliseconds[runtime.value] = {
-            f"{rows}x{tokens}": _fastest_run(lambda: engine.run(wanted, feeds, threads))
-            for (rows, tokens), feeds in zip(shapes, batches)
+            batch.shape: _fastest_run(lambda: engines[batch.part].run(batch.outputs, batch.feeds, threads))
+            for batch in batches
         }
     return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, left_out)
 
 
 def _fastest_run(run: Callable[[], object]) -> float:
-    run()
+    for _ in range(WARM_UP_RUNS):
+        run()
     durations = []
     for _ in range(TIMED_RUNS):
         started = time.perf_counter()
@@ -144,9 +203,10 @@ def _fastest_run(run: Callable[[], object]) -> float:
 
 @dataclass(frozen=True)
 class ModelFolder:
-    """A stateless graph's folder in a local repository: its config, newest version and recorded timings."""
+    """A graph's folder in a local repository: its config, newest version and recorded timings."""
 
     description: ModelDescription
+    graph: GraphSpec
     path: Path
 
     @property
@@ -188,13 +248,13 @@ def instance_threads(config: model_config_pb2.ModelConfig) -> int:
     return fixed or max(1, len(os.sched_getaffinity(0)) // sum(group.count for group in config.instance_group))
 
 
-def stateless_folders(repository: Path, models: Collection[str]) -> list[ModelFolder]:
-    """Every stateless graph of the catalogued `models` that the repository has a config and a version of."""
+def graph_folders(repository: Path, models: Collection[str]) -> list[ModelFolder]:
+    """Every graph of the catalogued `models` that the repository has a config and a version of."""
     folders = []
     for description in (MODELS[name] for name in models):
         for graph in description.graphs:
-            folder = ModelFolder(description, repository / description.triton_name(graph.role))
-            if not graph.stateful and folder.config_path.is_file() and any(p.name.isdigit() for p in folder.path.iterdir()):
+            folder = ModelFolder(description, graph, repository / description.triton_name(graph.role))
+            if folder.config_path.is_file() and any(entry.name.isdigit() for entry in folder.path.iterdir()):
                 folders.append(folder)
     return folders
 
@@ -205,19 +265,20 @@ def choose_runtimes(
     models: Collection[str] = tuple(MODELS),
     report: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Runtime]:
-    """Make sure every stateless graph of `models` in `repository` records the runtime it runs, timing them where the
-    record does not hold for this machine; `forced` (catalog name -> runtime) overrides the measurement. Returns the
-    choice for each Triton model."""
+    """Make sure every graph of `models` in `repository` records the runtime it runs, timing them where the record
+    does not hold for this machine; `forced` (catalog name -> runtime, for each of the model's graphs) overrides the
+    measurement. Returns the choice for each Triton model."""
     choices = {}
-    for folder in stateless_folders(repository, models):
+    for folder in graph_folders(repository, models):
         _, config = folder.read_config()
         version_dir = folder.newest_version()
         threads = instance_threads(config)
         timings = folder.recorded()
-        now = (cpu_model(), threads, int(version_dir.name), {runtime.value for runtime in available(version_dir, config)[0]})
+        runtimes = {runtime.value for runtime in available(version_dir, folder.graph)[0]}
+        now = (cpu_model(), threads, int(version_dir.name), runtimes)
         if "runtime" not in config.parameters or timings is None or timings.measured_for() != now:
             report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
-            timings = measure(folder.description, config, version_dir, threads)
+            timings = measure(folder, config, version_dir, threads)
         runtime = forced.get(folder.description.name)
         if runtime is not None and runtime.value not in timings.milliseconds:
             why = timings.left_out.get(runtime.value, "")

@@ -147,8 +147,9 @@ REQUEST_TIMEOUT = Setting("BIONEMO_REQUEST_TIMEOUT_S", "120", "seconds a request
 RUNTIME = Setting(
     "BIONEMO_RUNTIME",
     "auto",
-    "which runtime runs the encoders on CPU: auto (the fastest measured on this machine at start-up), one of "
-    "onnxruntime, onnxruntime-fused, torchscript, openvino for every model, or model=runtime items separated by commas",
+    "which runtime runs each model's graphs on CPU (encoders, MegaMolBART's decoder): auto (the fastest measured on "
+    "this machine at start-up), one of onnxruntime, onnxruntime-fused, torchscript, openvino for every model, or "
+    "model=runtime items separated by commas (megamolbart=openvino: its encoder and its decoder)",
 )
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
@@ -174,7 +175,8 @@ class Settings:
     admin_token: str | None = field(repr=False)
     """None: no admin endpoints."""
     runtimes: dict[str, Runtime] = field(default_factory=dict)
-    """Catalog names whose encoder runs on the runtime given; the others on the fastest measured."""
+    """Catalog names whose graphs (encoder, and decoder where it has one) run on the runtime given; the others on the
+    fastest measured."""
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:

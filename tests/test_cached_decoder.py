@@ -1,11 +1,10 @@
-"""The key-value-cached decoder's graphs give transformers' logits of whole prefixes, in torch and in onnxruntime."""
+"""The key-value-cached decoder's graphs give transformers' logits of whole prefixes, in torch and on every runtime."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import pytest
 import torch
 from transformers import MBartForConditionalGeneration
@@ -14,7 +13,9 @@ from transformers.modeling_outputs import BaseModelOutput
 from exporter.cached_decoder import CachedDecoder
 from exporter.graph_inputs import GraphInputs, layer_caches
 from exporter.onnx_export import export_onnx
-from model_catalog import DECODER
+from exporter.runtime_export import CONVERTERS
+from exporter.triton_backend.runtimes import Engine, Runtime, open_engine
+from model_catalog import DECODER, OnnxGraph
 from reference import CHECKPOINTS
 
 Source = tuple[torch.Tensor, torch.Tensor]
@@ -86,24 +87,30 @@ def test_cached_steps_give_the_full_prefix_logits(seq2seq: MBartForConditionalGe
         np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-3)  # logits of order 1e2 from latents of 1e2
 
 
-def test_exported_graphs_take_ragged_and_empty_caches(
-    seq2seq: MBartForConditionalGeneration, source: Source, tmp_path: Path
+def write_part(runtime: Runtime, module: torch.nn.Module, part: OnnxGraph, sample: GraphInputs, folder: Path) -> Engine:
+    """`part` written for `runtime` as the exporter writes it, opened as the backend opens it."""
+    path = folder / runtime.file(part.name)
+    CONVERTERS.get(runtime, export_onnx)(module, part, sample, path)
+    return open_engine(runtime, path)
+
+
+@pytest.mark.parametrize("runtime", [Runtime.ONNXRUNTIME, *CONVERTERS], ids=lambda runtime: runtime.value)
+def test_every_runtime_takes_ragged_and_empty_caches(
+    seq2seq: MBartForConditionalGeneration, source: Source, tmp_path: Path, runtime: Runtime
 ) -> None:
-    """Rows with 6, 2 and 0 tokens decoded share one onnxruntime call, caches right-padded: each gives the logits
-    of its own prefix."""
+    """Rows with 6, 2 and 0 tokens decoded share one call, caches right-padded with garbage: each runtime's
+    cross-attention and step files equal torch's modules, and each row gets the logits of its own prefix."""
     states, mask = source
     ids, cache, cross_kv, _ = greedy_with_cache(seq2seq, states, mask, steps=6)
     cross_part, step_part = DECODER.parts
     decoder = CachedDecoder(seq2seq)
-    cross_path, step_path = tmp_path / cross_part.file, tmp_path / step_part.file
-    export_onnx(decoder.cross_attention, cross_part, GraphInputs({"encoder_hidden_states": states.numpy()}, {}), cross_path)
+    source_sample = GraphInputs({"encoder_hidden_states": states.numpy()}, {})
+    cross_engine = write_part(runtime, decoder.cross_attention, cross_part, source_sample, tmp_path)
     three_decoded = (cache.numpy()[..., :3, :], np.ones((3, 3), dtype=np.int64))
     sample = step_feeds(ids[:, -1].numpy(), np.full(3, 3), *three_decoded, cross_kv.numpy(), mask.numpy())
-    export_onnx(decoder.step, step_part, GraphInputs(sample, {}), step_path)
-    cross_session = onnxruntime.InferenceSession(str(cross_path))
-    (exported_cross,) = cross_session.run(None, {"encoder_hidden_states": states.numpy()})
-    np.testing.assert_allclose(exported_cross, cross_kv.numpy(), rtol=1e-5, atol=1e-3)
-    session = onnxruntime.InferenceSession(str(step_path))
+    step_engine = write_part(runtime, decoder.step, step_part, GraphInputs(sample, {}), tmp_path)
+    (exported_cross,) = cross_engine.run(["cross_kv"], {"encoder_hidden_states": states.numpy()}, threads=2)
+    assert np.abs(exported_cross - cross_kv.numpy()).max() < 1e-4
     decoded = np.array([6, 2, 0])
     padded_cache = cache.numpy().copy()
     padded_mask = (np.arange(6) < decoded[:, None]).astype(np.int64)
@@ -111,7 +118,11 @@ def test_exported_graphs_take_ragged_and_empty_caches(
     for row, count in enumerate(decoded):
         padded_cache[row, ..., count:, :] = garbage[row, ..., count:, :]  # a shorter row's padding: masked out
     feeds = step_feeds(ids.numpy()[np.arange(3), decoded], decoded, padded_cache, padded_mask, exported_cross, mask.numpy())
-    logits, token_kv = session.run(None, feeds)
+    logits, token_kv = step_engine.run(["logits", "token_kv"], feeds, threads=2)
+    with torch.inference_mode():
+        expected_logits, expected_token_kv = decoder.step(*(torch.from_numpy(array) for array in feeds.values()))
+    assert np.abs(logits - expected_logits.numpy()).max() < 1e-4
+    assert np.abs(token_kv - expected_token_kv.numpy()).max() < 1e-4
     assert token_kv.shape == (3, *cache.shape[1:4], 1, cache.shape[5])
     for row, count in enumerate(decoded):
         prefix = ids[row : row + 1, : count + 1]

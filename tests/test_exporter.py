@@ -17,8 +17,9 @@ from exporter import export_model
 from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
+from exporter.runtime_export import CONVERTERS, written_files
 from exporter.triton_config import build_config, config_path, render_config
-from exporter.verify import ParityError, check_parity
+from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, MODELS, GraphRole, Target
 from reference import CHECKPOINTS
 
@@ -172,13 +173,19 @@ def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mas
     np.testing.assert_array_equal(cls.numpy(), hidden[:, 0])
 
 
-def test_the_decoder_exports_both_parts_verified(tmp_path: Path) -> None:
+def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Path) -> None:
     description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])
     create_default_checkpoint(description, tmp_path / "checkpoint", seed=3)
     report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
     decoder = report.graphs[1]
     assert decoder.onnx_files == ["cross_attention.onnx", "step.onnx"]
-    assert sorted(p.name for p in decoder.version_dir.iterdir()) == ["cross_attention.onnx", "model.py", "step.onnx"]
+    converted = [
+        file.name for runtime in CONVERTERS for part in DECODER.parts for file in written_files(runtime, part, Path())
+    ]
+    expected = ["cross_attention.onnx", "model.py", "runtimes.py", "step.onnx", *converted]
+    assert sorted(p.name for p in decoder.version_dir.iterdir()) == sorted(expected)
+    assert all(isinstance(parity, ParityReport) and parity.max_abs_diff < 1e-4 for parity in decoder.runtimes.values())
+    assert set(decoder.runtimes) == set(CONVERTERS)
     assert "keeps each row's key-value cache" in (decoder.version_dir / "model.py").read_text()  # the stateful one
     assert decoder.parity.max_abs_diff < 1e-4 and decoder.onnx_bytes == sum(
         (decoder.version_dir / name).stat().st_size for name in decoder.onnx_files

@@ -1,9 +1,11 @@
-"""The runtime each encoder runs: every exported runtime held to torch, the fastest timed here recorded, a setting
-overriding it, and a record that no longer holds for this machine timed again."""
+"""The runtime each graph runs: every exported runtime held to torch, the fastest timed here recorded (the encoders on
+their length buckets, the cached decoder on its steps and cross-attention), a setting overriding it, and a record that
+no longer holds for this machine timed again."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,15 +21,22 @@ from tritonclient.grpc import model_config_pb2
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
+from exporter.runtime_export import CONVERTERS
 from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine
-from model_catalog import MODELS, GraphRole
-from serving.runtime_choice import RECORD, RuntimeChoiceError, choose_runtimes, cpu_model
+from model_catalog import DECODER, MODELS, GraphRole
+from serving.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model
 from serving.settings import Settings, SettingsError
 
 TINY_ESM2 = replace(
     MODELS["esm2nv"],
     default_checkpoint_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
 )
+
+TINY_MEGAMOLBART = replace(
+    MODELS["megamolbart"],
+    default_checkpoint_config={"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                               "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64},
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +53,8 @@ def repository(exported: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(exported / "repository", tmp_path / "repository"))
 
 
-def config_of(repository: Path) -> model_config_pb2.ModelConfig:
-    return text_format.Parse((repository / "esm2nv" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+def config_of(repository: Path, model: str = "esm2nv") -> model_config_pb2.ModelConfig:
+    return text_format.Parse((repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
 
 
 def test_export_writes_every_runtime_and_each_equals_torch(exported: Path) -> None:
@@ -135,6 +144,50 @@ def test_a_new_export_is_timed_again(repository: Path, exported: Path) -> None:
     choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     assert any(line.startswith("esm2nv: timing") for line in lines)
     assert "runtime" in config_of(repository).parameters
+
+
+@pytest.fixture(scope="module")
+def exported_molecules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("decoder-runtimes")
+    create_default_checkpoint(TINY_MEGAMOLBART, root / "checkpoint", seed=3)
+    export_model(TINY_MEGAMOLBART, root / "checkpoint", root / "repository")
+    return root / "repository"
+
+
+@pytest.fixture
+def molecules(exported_molecules: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the exported megamolbart, nothing recorded yet."""
+    return Path(shutil.copytree(exported_molecules, tmp_path / "repository"))
+
+
+def test_the_decoder_records_the_fastest_over_its_steps_and_cross_attention(molecules: Path) -> None:
+    choices = choose_runtimes(molecules, {}, ["megamolbart"])
+    record = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())
+    shapes = ["cross_attention 1x60", "cross_attention 16x60", "step 1x40", "step 1x100", "step 16x40", "step 16x100"]
+    assert all(list(times) == shapes for times in record["milliseconds"].values())
+    totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
+    assert set(totals) == {Runtime.ONNXRUNTIME.value, *(runtime.value for runtime in CONVERTERS)}
+    chosen = choices["megamolbart_decoder"]
+    assert chosen == Runtime(min(totals, key=totals.__getitem__))
+    assert config_of(molecules, "megamolbart_decoder").parameters["runtime"].string_value == chosen.value
+    assert record["threads"] == len(os.sched_getaffinity(0))  # its one instance runs on every core
+    assert "megamolbart_encoder" in choices
+
+
+def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: Path) -> None:
+    forced = choose_runtimes(molecules, {"megamolbart": Runtime.OPENVINO}, ["megamolbart"])
+    assert forced == {"megamolbart_encoder": Runtime.OPENVINO, "megamolbart_decoder": Runtime.OPENVINO}
+    decoder = config_of(molecules, "megamolbart_decoder").parameters
+    assert decoder["runtime"].string_value == Runtime.OPENVINO.value
+    assert json.loads(decoder["runtime_timings"].string_value)["chosen_by"] == "BIONEMO_RUNTIME"
+
+
+def test_the_decoder_runs_a_runtime_only_with_both_of_its_parts(exported_molecules: Path, tmp_path: Path) -> None:
+    version = Path(shutil.copytree(exported_molecules / "megamolbart_decoder" / "1", tmp_path / "1"))
+    (version / Runtime.TORCHSCRIPT.file("step")).unlink()
+    files, left_out = available(version, DECODER)
+    assert left_out[Runtime.TORCHSCRIPT.value] == "not exported (step.torchscript.pt missing)"
+    assert files[Runtime.OPENVINO] == {part: version / Runtime.OPENVINO.file(part) for part in ("cross_attention", "step")}
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""End to end, per runtime: the service with BIONEMO_RUNTIME forcing it answers what transformers computes, and the
-service left to choose runs the runtime its timings on this machine picked."""
+"""End to end, per runtime: the service with BIONEMO_RUNTIME forcing it answers what transformers computes (the
+encoders' states, MegaMolBART's greedy decoding token for token), and the service left to choose runs the runtime its
+timings on this machine picked."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 import requests
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
+from exporter.runtime_export import CONVERTERS
 from exporter.triton_backend.runtimes import Runtime
+from model_catalog import MODELS
 from reference import TransformersReference
+from test_molecules_e2e import greedy_reference
 from test_service_e2e import TOLERANCE, mixed_sequences
 
 MODELS_CHECKED = ("esm2nv", "prott5nv")
@@ -64,14 +68,48 @@ def test_the_forced_runtime_serves_what_transformers_computes(
         assert np.abs(states[row, : len(expected)] - expected).max() < TOLERANCE, (runtime, row)
 
 
+@pytest.fixture(scope="module", params=list(CONVERTERS), ids=lambda runtime: runtime.value)
+def forced_molecules(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Runtime, RunningService]]:
+    """megamolbart alone, its encoder and decoder on a runtime that is not the default (`megamolbart=<runtime>`)."""
+    runtime, root = request.param, tmp_path_factory.mktemp(f"molecules-{request.param.value}")
+    for graph in MODELS["megamolbart"].graphs:
+        name = MODELS["megamolbart"].triton_name(graph.role)
+        shutil.copytree(DEFAULT_REPOSITORY / name, root / name)
+    running = start_launcher({"BIONEMO_MODEL_REPOSITORY": str(root), "BIONEMO_RUNTIME": f"megamolbart={runtime.value}"})
+    yield runtime, running
+    stop_service(running)
+
+
+def test_the_forced_runtime_decodes_what_transformers_generates(
+    forced_molecules: tuple[Runtime, RunningService],
+) -> None:
+    """Greedy /decode of latents far from the untrained model's comfort zone (a new token at each step) equals
+    transformers' generate token for token, its cached steps on the forced runtime."""
+    runtime, service = forced_molecules
+    (info,) = requests.get(f"{service.url}/models", timeout=30).json()["models"]
+    served = [(graph["triton_model"], graph["runtime"], graph["chosen_by"]) for graph in info["runtimes"]]
+    assert served == [(f"megamolbart_{role}", runtime.value, "BIONEMO_RUNTIME") for role in ("encoder", "decoder")]
+    rng = np.random.default_rng(0)
+    hiddens = (rng.standard_normal((4, 9, 256)) * 100).astype(np.float32)
+    mask = np.ones((4, 9), dtype=np.int64)
+    mask[1, 5:] = mask[3, 2:] = 0
+    hiddens[mask == 0] = 0
+    expected = greedy_reference(TransformersReference("megamolbart"), hiddens, mask, 12)
+    assert len(set(expected)) == 4  # the comparison has teeth
+    body = {"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 12}
+    answer = requests.post(f"{service.url}/decode", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["smiles"] == expected
+
+
 def test_the_runtime_served_is_the_one_the_timings_picked(service: RunningService) -> None:
-    """The shared service starts with BIONEMO_RUNTIME unset: each encoder runs the fastest of its recorded timings."""
+    """The shared service starts with BIONEMO_RUNTIME unset: each graph, the decoder's too, runs the fastest of its
+    recorded timings."""
     for info in requests.get(f"{service.url}/models", timeout=30).json()["models"]:
         for graph in info["runtimes"]:
             config = DEFAULT_REPOSITORY / graph["triton_model"]
-            if not (config / "runtime.json").is_file():
-                assert graph == {**graph, "runtime": "onnxruntime", "chosen_by": "default"}  # the stateful decoder
-                continue
             timings = json.loads((config / "runtime.json").read_text())
             totals = {runtime: sum(times.values()) for runtime, times in timings["milliseconds"].items()}
             assert graph["chosen_by"] == "measurement" and graph["cpu"] == timings["cpu"]

@@ -1,8 +1,10 @@
 """Triton python-backend model: a seq2seq decoder that keeps each row's key-value cache between calls.
 
 The exporter copies this file into `<repository>/<model>/<version>/model.py` for
-model_catalog's DECODER graph; tensor names, dtypes, ONNX files, threads and the
-provider come from its `config.pbtxt`. The service's decode batcher calls it once
+model_catalog's DECODER graph, and `runtimes.py` beside it; tensor names, dtypes,
+the graph's two parts, the runtime that runs them (`runtime`, recorded by
+`serving.runtime_choice`; onnxruntime where none is), threads and the provider
+come from its `config.pbtxt`. The service's decode batcher calls it once
 per step with one token for each row of every decoding in flight. For each row
 it keeps the cross-attention keys and values of the row's source (computed once)
 and the self-attention keys and values of the tokens decoded so far, so that a
@@ -10,7 +12,7 @@ step costs one token per row, not its prefix.
 
 Every row gets a new id at every step and names its parent. The rows of one
 client (one decode batcher) form a stream, kept in the slots of arrays that
-onnxruntime reads as they are: a step copies no cache. A row continuing its
+the runtime reads as they are: a step copies no cache. A row continuing its
 parent keeps the parent's slot; a row forking from a parent that another row
 continues (beam search) copies the parent's slot; a row of the stream that the
 call does not continue is dropped, and the last slot moves into the gap. A call
@@ -23,14 +25,18 @@ cache (a call naming one gets an error, which the service answers with a 503).
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
+from runtimes import Runtime, open_engine  # noqa: E402
 
 
 class CacheError(Exception):
@@ -50,7 +56,7 @@ def _grown(array: np.ndarray, axis: int, size: int) -> np.ndarray:
 
 @dataclass(eq=False)
 class Stream:
-    """One client's rows: slot i holds row `ids[i]`; onnxruntime reads the first len(ids) slots of each array."""
+    """One client's rows: slot i holds row `ids[i]`; the runtime reads the first len(ids) slots of each array."""
 
     arrays: dict[str, np.ndarray]
     """The step's inputs but token and position, slot first: per-layer keys and values, self_mask, encoder_mask."""
@@ -58,6 +64,17 @@ class Stream:
     """[slots] tokens decoded by each row: its cache's filled positions."""
     ids: list[int]
     used: float
+
+    @classmethod
+    def laid_out_as(cls, cross_kv: np.ndarray, mask_dtype: np.dtype, now: float) -> Stream:
+        """An empty stream whose caches have the layers, heads and head size of cross_attention's output `cross_kv`
+        [rows, layers, 2, heads, source, head_dim], which every runtime's step takes (model_catalog.DECODER)."""
+        layers, _, heads, _, head_dim = cross_kv.shape[1:]
+        arrays = {name: np.zeros((1, 1), dtype=mask_dtype) for name in ("self_mask", "encoder_mask")}
+        for kind in ("self_keys", "self_values", "cross_keys", "cross_values"):
+            for layer in range(layers):
+                arrays[f"{kind}_{layer}"] = np.zeros((1, heads, 1, head_dim), dtype=cross_kv.dtype)
+        return cls(arrays, np.zeros(1, dtype=np.int64), [], now)
 
     def reserve(self, slots: int, positions: int, width: int) -> None:
         self.lengths = _grown(self.lengths, 0, slots)
@@ -86,20 +103,14 @@ class TritonPythonModel:
         self.vocab_size = int(logits["dims"][-1])
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = int(parameters["intra_op_threads"])
-        providers = [parameters["execution_provider"]]
-        self.cross_attention = onnxruntime.InferenceSession(
-            str(folder / parameters["cross_attention_file"]), options, providers=providers
+        runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
+        provider = parameters["execution_provider"]
+        self.cross_attention, self.step = (
+            open_engine(runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider)
+            for part in ("cross_attention", "step")
         )
-        self.step = onnxruntime.InferenceSession(str(folder / parameters["step_file"]), options, providers=providers)
-        self.caches = {
-            tensor.name: ([dim if isinstance(dim, int) else 1 for dim in tensor.shape[1:]], tensor.type)
-            for tensor in self.step.get_inputs()
-            if tensor.name not in ("token", "position")
-        }
-        """Each cached step input's shape past the slot axis (1 where it varies) and onnxruntime's type."""
-        self.layers = sum(name.startswith("self_keys_") for name in self.caches)
+        # One instance runs every step: all the cores unless the config fixes a number (0: all of them).
+        self.threads = int(parameters["intra_op_threads"]) or len(os.sched_getaffinity(0))
         self.idle_seconds = float(parameters["idle_seconds"])
         self.stream_of: dict[int, Stream] = {}
 
@@ -141,11 +152,13 @@ class TritonPythonModel:
         if not len(row_ids):
             return np.zeros((0, self.vocab_size), dtype=np.float32)
         now = time.monotonic()
+        cross_kv = None
+        if starting.any():  # once per source; a new stream, whose rows all start, takes its layout
+            sources = {"encoder_hidden_states": encoder_hidden_states}
+            (cross_kv,) = self.cross_attention.run(["cross_kv"], sources, self.threads)
         if stream is None:
-            dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
-            arrays = {name: np.zeros([1, *shape], dtype=dtypes[kind]) for name, (shape, kind) in self.caches.items()}
-            stream = Stream(arrays, np.zeros(1, dtype=np.int64), [], now)
-        slots = self._place(stream, parent_ids, encoder_hidden_states, encoder_mask)
+            stream = Stream.laid_out_as(cross_kv, encoder_mask.dtype, now)
+        slots = self._place(stream, parent_ids, cross_kv, encoder_mask)
         for row in stream.ids:
             del self.stream_of[row]
         stream.ids = [0] * len(slots)
@@ -156,10 +169,10 @@ class TritonPythonModel:
         return self._run(stream, tokens, slots)
 
     def _place(
-        self, stream: Stream, parent_ids: np.ndarray, encoder_hidden_states: np.ndarray, encoder_mask: np.ndarray
+        self, stream: Stream, parent_ids: np.ndarray, cross_kv: np.ndarray | None, encoder_mask: np.ndarray
     ) -> list[int]:
         """Give every row of the call a slot among the stream's first len(parent_ids): its parent's, a copy of it
-        (a fork), or a fresh one for a starting row; returns each row's slot."""
+        (a fork), or a fresh one for a starting row, which gets its row of `cross_kv`; returns each row's slot."""
         slot_of = {row: slot for slot, row in enumerate(stream.ids)}
         children_left = Counter(parent_ids[parent_ids >= 0].tolist())
         slots, forks, starts = [], [], []
@@ -181,14 +194,13 @@ class TritonPythonModel:
         stream.reserve(free, positions, max([1, *widths]))
         for parent_slot, slot in forks:
             stream.copy_slot(parent_slot, slot)
-        if starts:
-            (cross_kv,) = self.cross_attention.run(["cross_kv"], {"encoder_hidden_states": encoder_hidden_states})
+        if cross_kv is not None:
             for slot, row_kv, mask, width in zip(starts, cross_kv, encoder_mask, widths):
                 stream.lengths[slot] = 0
                 stream.arrays["self_mask"][slot] = 0
                 stream.arrays["encoder_mask"][slot] = 0
                 stream.arrays["encoder_mask"][slot, :width] = mask[:width]
-                for layer in range(self.layers):
+                for layer in range(len(row_kv)):
                     for index, kind in enumerate(("keys", "values")):
                         cache = stream.arrays[f"cross_{kind}_{layer}"]
                         cache[slot] = 0
@@ -208,9 +220,11 @@ class TritonPythonModel:
         in_slot_order = np.empty(rows, dtype=np.int64)
         in_slot_order[slots] = tokens
         feeds = {name: array[:rows] for name, array in stream.arrays.items()}
-        logits, token_kv = self.step.run(["logits", "token_kv"], feeds | {"token": in_slot_order, "position": positions})
+        logits, token_kv = self.step.run(
+            ["logits", "token_kv"], feeds | {"token": in_slot_order, "position": positions}, self.threads
+        )
         every_row = np.arange(rows)
-        for layer in range(self.layers):
+        for layer in range(token_kv.shape[1]):
             for index, kind in enumerate(("keys", "values")):
                 stream.arrays[f"self_{kind}_{layer}"][every_row, :, positions] = token_kv[:, layer, index, :, 0]
         stream.arrays["self_mask"][every_row, positions] = 1

@@ -1,14 +1,16 @@
-"""The runtimes that can run a stateless graph on CPU in the python backend, each from its own file.
+"""The runtimes that can run a graph on CPU in the python backend, each from its own file.
 
-The exporter writes the graph once per runtime it can convert it for, each file
-held to the same parity gate; `serving.runtime_choice` times them on the
-machine that serves and records the fastest in the model's `config.pbtxt`
-(parameter `runtime`); the backend (`onnx_graph.py`, beside which the exporter
-copies this file) opens that one. A runtime's library is imported only when it
-is opened, so a host needs only the runtimes it serves.
+The exporter writes each ONNX file of a graph once more per runtime it can
+convert it for, each file held to the same parity gate; `serving.runtime_choice`
+times them on the machine that serves and records the fastest in the model's
+`config.pbtxt` (parameter `runtime`); the backend (`stateless_graph.py` or
+`cached_decoder.py`, beside which the exporter copies this file) opens that one.
+A runtime's library is imported only when it is opened, so a host needs only the
+runtimes it serves.
 
-Every engine takes a thread count per run: the backend gives a lone request
-every core and each of several busy instances its share.
+Every engine takes a thread count per run: the encoders' backend gives a lone
+request every core and each of several busy instances its share; the decoder's
+one instance runs on a fixed count.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ class TorchScriptEngine:
             self.torch.set_num_threads(threads)
         with self.torch.inference_mode():
             results = self.module(*(self.torch.from_numpy(feeds[name]) for name in self.inputs))
+        if isinstance(results, self.torch.Tensor):  # a graph of one output returns it alone, not in a tuple
+            results = (results,)
         return [results[self.outputs.index(name)].numpy() for name in outputs]
 
 
@@ -159,7 +163,7 @@ class OpenVinoEngine:
 
     def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
         request = self.request(threads)
-        request.infer(feeds)
+        request.infer(feeds, share_inputs=True)  # reads the arrays where they lie: the decoder's caches, uncopied
         return [request.get_tensor(name).data.copy() for name in outputs]
 
 
