@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from exporter.decoder_caches import layer_caches
 from model_catalog import GraphRole, ModelDescription
 from preprocessing import tokenizer_for
 
@@ -60,17 +61,6 @@ def decoder_step_inputs(
         **layer_caches(self_kv, cross_kv),
     }
     return GraphInputs(feeds, {})
-
-
-def layer_caches(self_kv: np.ndarray, cross_kv: np.ndarray) -> dict[str, np.ndarray]:
-    """The decoder step's per-layer cache inputs, in its order, from [batch, layers, 2, heads, positions, head_dim]."""
-    layers = range(self_kv.shape[1])
-    return {
-        **{f"self_keys_{layer}": np.ascontiguousarray(self_kv[:, layer, 0]) for layer in layers},
-        **{f"self_values_{layer}": np.ascontiguousarray(self_kv[:, layer, 1]) for layer in layers},
-        **{f"cross_keys_{layer}": np.ascontiguousarray(cross_kv[:, layer, 0]) for layer in layers},
-        **{f"cross_values_{layer}": np.ascontiguousarray(cross_kv[:, layer, 1]) for layer in layers},
-    }
 
 
 def _encoded(

@@ -34,7 +34,7 @@ import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from exporter.graph_inputs import layer_caches
+from exporter.decoder_caches import layer_caches
 from exporter.triton_backend.runtimes import Runtime, open_engine
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for

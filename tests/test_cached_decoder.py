@@ -11,7 +11,8 @@ from transformers import MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
 from exporter.cached_decoder import CachedDecoder
-from exporter.graph_inputs import GraphInputs, layer_caches
+from exporter.decoder_caches import layer_caches
+from exporter.graph_inputs import GraphInputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS
 from exporter.triton_backend.runtimes import Engine, Runtime, open_engine

@@ -232,3 +232,16 @@ def test_a_dead_instance_neither_holds_its_slot_nor_counts_as_busy(tmp_path: Pat
     with live.running() as threads:
         assert threads == 2
     assert CoreShare(2, board).slot == 1
+
+
+def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
+    """The image installs the cpu lock, which has neither: the launcher, the runtime timings and the service start
+    without them (TorchScript is then left out of the timings as not installed)."""
+    code = (
+        "import sys\nfor name in ('torch', 'transformers', 'onnx'): sys.modules[name] = None\n"
+        "import serving.launch, serving.runtime_choice, service\n"
+        "from exporter.triton_backend.runtimes import Runtime\nassert not Runtime.TORCHSCRIPT.installed()"
+    )
+    started = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
