@@ -87,8 +87,15 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     assert {"hidden_size"} <= sizes.keys()
     for graph, target in itertools.product(description.graphs, Target):
         text = (repository / description.triton_name(graph.role) / config_path(target)).read_text()
-        assert text == render_config(description, graph, sizes, target)
+        rendered = render_config(description, graph, sizes, target)
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        # make models then records the runtime timed fastest here (serving.runtime_choice), in the cpu config only
+        recorded = [key for key in ("runtime", "runtime_timings") if key in config.parameters]
+        assert recorded == (["runtime", "runtime_timings"] if target is Target.CPU else [])
+        for key in recorded:
+            del config.parameters[key]
+        assert config == text_format.Parse(rendered, model_config_pb2.ModelConfig())
+        assert text.split("\n\n")[0] == rendered.split("\n\n")[0]  # the header documenting each tensor
         assert config.name == description.triton_name(graph.role)
         assert [t.name for t in config.input] == [spec.name for spec in graph.inputs]
 
@@ -100,6 +107,10 @@ TINY_SIZES = {
     "esm2nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
     "prott5nv": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
 }
+
+
+EVERY_RUNTIME_FILE = {runtime.file("model") for runtime in Runtime} | {"model.openvino.bin"}
+"""An encoder's files, one per runtime (OpenVINO's weights beside its graph)."""
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +132,7 @@ def test_every_architecture_exports_within_tolerance(name: str, tmp_path: Path) 
 def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path) -> None:
     report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
     assert report.graphs[0].parity.max_abs_diff < 1e-4
-    assert sorted(p.name for p in (tmp_path / "esm2nv" / "3").iterdir()) == ["model.onnx", "model.py"]
+    assert {p.name for p in (tmp_path / "esm2nv" / "3").iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "runtimes.py"}
     assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32})
 
 
@@ -129,7 +140,8 @@ def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path,
     """The mechanism models over 2 GB need, forced on a small one: the gate runs on the split files."""
     report = export_model(ESM2, tiny_checkpoint, tmp_path, external_data=True)
     version_dir = tmp_path / "esm2nv" / "1"
-    assert sorted(p.name for p in version_dir.iterdir()) == ["model.onnx", "model.onnx.data", "model.py"]
+    weights = {"model.onnx.data", "model.fused.onnx.data"}
+    assert {p.name for p in version_dir.iterdir()} == EVERY_RUNTIME_FILE | weights | {"model.py", "runtimes.py"}
     graph = onnx.load(str(version_dir / "model.onnx"), load_external_data=False)
     locations = {entry.value for tensor in graph.graph.initializer for entry in tensor.external_data if entry.key == "location"}
     assert locations == {"model.onnx.data"}
