@@ -1,8 +1,8 @@
 """One model's encoder graph under each runtime, side by side in this process: a markdown table of latencies.
 
 No server, no client: each runtime runs the same feeds right after the others, at every shape, so that
-the numbers differ by the runtime alone (and by whatever else the machine does meanwhile: the cores
-other processes kept busy are printed). Best of `--repeats` after a warm-up. A runtime is an entry of
+the numbers differ by the runtime alone (and by whatever else the machine does meanwhile: each row says
+how many cores other processes kept busy). Best of `--repeats` after a warm-up. A runtime is an entry of
 `RUNTIMES`; the fused graph is exported from the checkpoint at start and must pass the parity gate.
 
     python -m benchmarks.runtime_inprocess --model esm2nv --threads 1 2
@@ -125,22 +125,29 @@ def best_seconds(runs: dict[str, Run], feeds: dict[str, np.ndarray], repeats: in
 def measure(
     subject: Subject, shapes: list[tuple[int, int]], threads: list[int], repeats: int
 ) -> tuple[list[str], float]:
-    """The table's rows, every runtime at every shape; and the largest |hidden states - REFERENCE's| met."""
+    """The table's rows, every runtime at every shape; and the largest |hidden states - REFERENCE's| met.
+
+    Each row says how many cores other processes kept busy while it was measured: on a machine shared with
+    other work, a row where they took a core is not a measurement of the runtimes alone.
+    """
     names = list(RUNTIMES)
     baseline = names[0]
     header = ["threads", "batch x tokens", *(f"{name} (ms)" for name in names)]
-    header += [f"{name}: speed-up over {baseline}" for name in names[1:]]
+    header += [f"{name}: speed-up over {baseline}" for name in names[1:]] + ["other processes (cores)"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     worst = 0.0
     for count in threads:
         runs = {name: runtime(subject, count) for name, runtime in RUNTIMES.items()}
         for batch, tokens in shapes:
             feeds = full_rows(subject.description, batch, tokens)
+            (machine_before, own_before), started = cpu_seconds(), time.perf_counter()
             outputs = {name: run(feeds) for name, run in runs.items()}  # also the warm-up: allocations, kernel choices
             worst = max([worst] + [float(np.abs(output - outputs[REFERENCE]).max()) for output in outputs.values()])
             seconds = best_seconds(runs, feeds, repeats)
+            (machine_after, own_after), took = cpu_seconds(), time.perf_counter() - started
+            others = max(0.0, (machine_after - machine_before - (own_after - own_before)) / took)  # tick-granular
             cells = [str(count), f"{batch} x {tokens}", *(f"{seconds[name] * 1e3:.1f}" for name in names)]
-            cells += [f"{seconds[baseline] / seconds[name]:.2f}x" for name in names[1:]]
+            cells += [f"{seconds[baseline] / seconds[name]:.2f}x" for name in names[1:]] + [f"{others:.2f}"]
             rows.append("| " + " | ".join(cells) + " |")
     return rows, worst
 
@@ -175,13 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     skipped = [f"{batch}x{tokens}" for batch, tokens in shapes if tokens > longest]
     with tempfile.TemporaryDirectory(prefix="runtime-inprocess-") as scratch:
         subject = load_subject(args.model, args.checkpoints, args.repository, Path(scratch))
-        (machine_before, own_before), started = cpu_seconds(), time.perf_counter()
         rows, worst = measure(subject, [shape for shape in shapes if shape[1] <= longest], args.threads, args.repeats)
-        (machine_after, own_after), took = cpu_seconds(), time.perf_counter() - started
-    others = (machine_after - machine_before - (own_after - own_before)) / took
     print(f"{args.model} encoder, in-process, best of {args.repeats} after a warm-up; {machine()}")
-    print(f"{took:.0f} s; other processes kept {others:.2f} cores busy on average meanwhile; "
-          f"largest |hidden states - {REFERENCE}| {worst:.1e}")
+    print(f"largest |hidden states - {REFERENCE}| at any shape: {worst:.1e}")
     if skipped:
         print(f"skipped {', '.join(skipped)}: over the {longest} tokens of {args.model}'s longest input")
     print()
