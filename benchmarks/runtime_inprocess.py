@@ -1,6 +1,6 @@
 """One model's encoder graph under each runtime, side by side in this process: a markdown table of latencies.
 
-No server, no client: each runtime runs the same feeds right after the others, at every shape, so that
+No server, no client: each runtime runs the same feeds right after the others, shape by shape, so that
 the numbers differ by the runtime alone (and by whatever else the machine does meanwhile: each row says
 how many cores other processes kept busy). Best of `--repeats` after a warm-up. A runtime is an entry of
 `RUNTIMES`; the fused graph is exported from the checkpoint at start and must pass the parity gate.
@@ -110,16 +110,19 @@ def full_rows(description: ModelDescription, batch: int, tokens: int) -> dict[st
     return encoder_inputs(description, [tokens - specials] * batch, np.random.default_rng(batch * tokens)).feeds
 
 
-def best_seconds(runs: dict[str, Run], feeds: dict[str, np.ndarray], repeats: int) -> dict[str, float]:
-    """Each runtime's best of `repeats` runs; they take turns, so that a burst of other work on the machine
-    slows one round of all of them rather than all the rounds of one."""
-    best = dict.fromkeys(runs, float("inf"))
+def best_seconds(run: Run, feeds: dict[str, np.ndarray], repeats: int) -> float:
+    """The best of `repeats` runs back to back, as a served session runs.
+
+    Not taking turns with the other runtimes: a thread pool keeps spinning a while after a run (onnxruntime's
+    by default, as the python backend has it), and at 2 threads on 2 cores that made whichever runtime ran
+    next 50-60 % slower.
+    """
+    timings = []
     for _ in range(repeats):
-        for name, run in runs.items():
-            started = time.perf_counter()
-            run(feeds)
-            best[name] = min(best[name], time.perf_counter() - started)
-    return best
+        started = time.perf_counter()
+        run(feeds)
+        timings.append(time.perf_counter() - started)
+    return min(timings)
 
 
 def measure(
@@ -141,9 +144,11 @@ def measure(
         for batch, tokens in shapes:
             feeds = full_rows(subject.description, batch, tokens)
             (machine_before, own_before), started = cpu_seconds(), time.perf_counter()
-            outputs = {name: run(feeds) for name, run in runs.items()}  # also the warm-up: allocations, kernel choices
+            outputs, seconds = {}, {}
+            for name, run in runs.items():
+                outputs[name] = run(feeds)  # also the warm-up: allocations, kernel choices, the last runtime's threads
+                seconds[name] = best_seconds(run, feeds, repeats)
             worst = max([worst] + [float(np.abs(output - outputs[REFERENCE]).max()) for output in outputs.values()])
-            seconds = best_seconds(runs, feeds, repeats)
             (machine_after, own_after), took = cpu_seconds(), time.perf_counter() - started
             others = max(0.0, (machine_after - machine_before - (own_after - own_before)) / took)  # tick-granular
             cells = [str(count), f"{batch} x {tokens}", *(f"{seconds[name] * 1e3:.1f}" for name in names)]
