@@ -282,8 +282,12 @@ def create_default_checkpoint(description: ModelDescription, folder: Path, seed:
     _FAMILIES[description.architecture].create(description, folder)
 
 
-def load_for_export(description: ModelDescription, folder: Path) -> ExportableModel:
-    """Load a checkpoint folder (or a BioNeMo `.nemo` file) as the graphs to export, in eval mode."""
+def load_for_export(description: ModelDescription, folder: Path, attention: str | None = None) -> ExportableModel:
+    """Load a checkpoint folder (or a BioNeMo `.nemo` file) as the graphs to export, in eval mode.
+
+    `attention` is the transformers attention implementation to run ("sdpa", "eager"); None keeps each
+    family's own (sdpa for ESM, eager for T5 and MBart). exporter.fused_attention needs "sdpa".
+    """
     from exporter.nemo import NEMO_SUFFIX, load_nemo  # imported here: exporter.nemo builds on this module
 
     if folder.is_file() and folder.suffix == NEMO_SUFFIX:
@@ -295,7 +299,18 @@ def load_for_export(description: ModelDescription, folder: Path) -> ExportableMo
     _check_positions(description, loaded, folder)
     for graph in loaded.graphs.values():
         graph.eval()
+        if attention is not None:
+            _set_attention(graph, attention)
     return loaded
+
+
+def _set_attention(graph: torch.nn.Module, attention: str) -> None:
+    """Switch every transformers model in `graph` to `attention`; after loading, so `.nemo` files follow too."""
+    from transformers import PreTrainedModel
+
+    for model in graph.modules():
+        if isinstance(model, PreTrainedModel):
+            model.set_attn_implementation(attention)
 
 
 def _check_positions(description: ModelDescription, loaded: ExportableModel, checkpoint: Path) -> None:
