@@ -1,10 +1,10 @@
-"""One model's encoder graph under each runtime, side by side in this process: a markdown table of latencies.
+"""One model's encoder under each runtime, side by side in this process: a markdown table of latencies.
 
-No server, no client: each runtime runs the same feeds right after the others, shape by shape, so that
-the numbers differ by the runtime alone (and by whatever else the machine does meanwhile: each row says
+No server, no client: each runtime the exporter wrote into the repository runs through the engine the python
+backend opens (exporter/triton_backend/runtimes.py), on the same feeds right after the others, shape by shape,
+so that the numbers differ by the runtime alone (and by whatever else the machine does meanwhile: each row says
 how many cores other processes kept busy, and a busy row is measured again). Best of `--repeats` after a
-warm-up. A runtime is an entry of
-`RUNTIMES`; the fused graph is exported from the checkpoint at start and must pass the parity gate.
+warm-up; torch eager (sdpa) on the checkpoint is the reference every output is checked against.
 
     python -m benchmarks.runtime_inprocess --model esm2nv --threads 1 2
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,34 +21,29 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import psutil
 import torch
 import transformers
 
 from exporter.architectures import load_for_export
-from exporter.fused_attention import export_fused_attention_onnx
-from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
-from exporter.pipeline import GATE_SEED
-from exporter.verify import check_parity
+from exporter.graph_inputs import encoder_inputs
+from exporter.triton_backend.runtimes import Runtime, open_engine
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing import tokenizer_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ("1x102", "1x272", "8x128", "8x272", "8x512", "2x1024")
 """batch x tokens per row (special tokens included); a model skips those over its longest input."""
-PACKAGES = ("onnxruntime", "torch", "transformers")
+PACKAGES = ("onnxruntime", "openvino", "torch", "transformers")
 
 
 @dataclass(frozen=True)
 class Subject:
-    """One model's encoder as every runtime starts from it: the torch module and its ONNX graphs."""
+    """One model's encoder as every runtime starts from it: the torch module and the exported version's folder."""
 
     description: ModelDescription
     module: torch.nn.Module
-    plain_onnx: Path
-    """The served graph: model_repository/<model>/1/model.onnx."""
-    fused_onnx: Path
+    version_dir: Path
 
 
 @dataclass(frozen=True)
@@ -64,18 +58,16 @@ class Quiet:
 
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
 """Runs one batch of the encoder's feeds; returns its hidden states."""
-Runtime = Callable[[Subject, int], Run]
+Prepare = Callable[[Subject, int], Run]
 """Prepares a runtime for `Subject` at a number of threads."""
 
 
-def onnxruntime_cpu(path_of: Callable[[Subject], Path]) -> Runtime:
-    """onnxruntime's CPU provider on one of the subject's graphs, as the python backend creates its session."""
+def served(runtime: Runtime) -> Prepare:
+    """The runtime's file in the repository, run by the backend's engine."""
 
     def prepare(subject: Subject, threads: int) -> Run:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = onnxruntime.InferenceSession(str(path_of(subject)), options, providers=["CPUExecutionProvider"])
-        return lambda feeds: session.run(["hidden_states"], feeds)[0]
+        engine = open_engine(runtime, subject.version_dir / runtime.file("model"))
+        return lambda feeds: engine.run(["hidden_states"], feeds, threads)[0]
 
     return prepare
 
@@ -93,25 +85,17 @@ def torch_eager(subject: Subject, threads: int) -> Run:
 
 
 REFERENCE = "torch eager (sdpa)"
-RUNTIMES: dict[str, Runtime] = {
-    "onnxruntime": onnxruntime_cpu(lambda subject: subject.plain_onnx),
-    "onnxruntime, fused attention": onnxruntime_cpu(lambda subject: subject.fused_onnx),
-    REFERENCE: torch_eager,
-}
+RUNTIMES: dict[str, Prepare] = {**{runtime.value: served(runtime) for runtime in Runtime}, REFERENCE: torch_eager}
 """The first is the baseline the others are compared with; every one is checked against REFERENCE."""
 
 
-def load_subject(name: str, checkpoints: Path, repository: Path, scratch: Path) -> Subject:
-    """Load the checkpoint with sdpa attention and export its fused graph, verified like any export."""
+def load_subject(name: str, checkpoints: Path, repository: Path) -> Subject:
+    """The checkpoint under sdpa attention, and the newest exported version of its encoder."""
     description = MODELS[name]
     loaded = load_for_export(description, checkpoints / name, attention="sdpa")
-    module, graph = loaded.graphs[GraphRole.ENCODER], description.graph(GraphRole.ENCODER).onnx_graphs[0]
-    fused = scratch / "fused.onnx"
-    export_fused_attention_onnx(module, graph, trace_inputs(description, GraphRole.ENCODER, loaded.graphs), fused)
-    batches = verification_inputs(description, GraphRole.ENCODER, loaded.graphs, GATE_SEED)
-    check_parity(module, fused, graph, batches, name)
-    plain = repository / description.triton_name(GraphRole.ENCODER) / "1" / "model.onnx"
-    return Subject(description, module, plain, fused)
+    folder = repository / description.triton_name(GraphRole.ENCODER)
+    version = max((entry for entry in folder.iterdir() if entry.name.isdigit()), key=lambda entry: int(entry.name))
+    return Subject(description, loaded.graphs[GraphRole.ENCODER], version)
 
 
 def full_rows(description: ModelDescription, batch: int, tokens: int) -> dict[str, np.ndarray]:
@@ -171,7 +155,7 @@ def measure(
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     worst = 0.0
     for count in threads:
-        runs = {name: runtime(subject, count) for name, runtime in RUNTIMES.items()}
+        runs = {name: prepare(subject, count) for name, prepare in RUNTIMES.items()}
         for batch, tokens in shapes:
             feeds = full_rows(subject.description, batch, tokens)
             row = measure_row(runs, feeds, repeats)
@@ -218,11 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     longest = tokenizer_for(MODELS[args.model]).max_model_tokens
     shapes = [(int(batch), int(tokens)) for batch, tokens in (shape.split("x") for shape in args.shapes)]
     skipped = [f"{batch}x{tokens}" for batch, tokens in shapes if tokens > longest]
-    with tempfile.TemporaryDirectory(prefix="runtime-inprocess-") as scratch:
-        subject = load_subject(args.model, args.checkpoints, args.repository, Path(scratch))
-        quiet = Quiet(args.max_other_cores, args.attempts, args.pause)
-        runnable = [shape for shape in shapes if shape[1] <= longest]
-        rows, worst = measure(subject, runnable, args.threads, args.repeats, quiet)
+    subject = load_subject(args.model, args.checkpoints, args.repository)
+    quiet = Quiet(args.max_other_cores, args.attempts, args.pause)
+    runnable = [shape for shape in shapes if shape[1] <= longest]
+    rows, worst = measure(subject, runnable, args.threads, args.repeats, quiet)
     print(f"{args.model} encoder, in-process, best of {args.repeats} after a warm-up; {machine()}")
     print(f"largest |hidden states - {REFERENCE}| at any shape: {worst:.1e}")
     if skipped:

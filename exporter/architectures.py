@@ -7,6 +7,8 @@ a user's own checkpoint takes exactly the same path.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -157,7 +159,7 @@ def _load_t5_encoder(description: ModelDescription, folder: Path) -> ExportableM
         raise CheckpointError(f"{folder / 'config.json'}: model_type={config.model_type!r}; {description.name} needs 't5'")
     _check_vocab_size(folder, config.vocab_size, len(PROTT5_TOKENS))
     _check_t5_vocabulary(folder)
-    # Eager attention traces to plain ONNX ops; sdpa's masking does not export cleanly for T5.
+    # Eager attention by default (plain ONNX ops); the exporter switches to sdpa for the runtimes that fuse it.
     return _encoder_only(_from_pretrained(T5EncoderModel, folder, attn_implementation="eager"))
 
 
@@ -311,6 +313,20 @@ def _set_attention(graph: torch.nn.Module, attention: str) -> None:
     for model in graph.modules():
         if isinstance(model, PreTrainedModel):
             model.set_attn_implementation(attention)
+
+
+@contextmanager
+def attention_implementation(graph: torch.nn.Module, attention: str) -> Iterator[None]:
+    """Run `graph`'s transformers models under `attention` for the block, then under what they ran before."""
+    from transformers import PreTrainedModel
+
+    before = {model: model.config._attn_implementation for model in graph.modules() if isinstance(model, PreTrainedModel)}
+    _set_attention(graph, attention)
+    try:
+        yield
+    finally:
+        for model, implementation in before.items():
+            model.set_attn_implementation(implementation)
 
 
 def _check_positions(description: ModelDescription, loaded: ExportableModel, checkpoint: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from exporter.architectures import ExportableModel, load_for_export
+from exporter.architectures import ExportableModel, attention_implementation, load_for_export
 from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx
@@ -111,7 +111,9 @@ def export_model(
     else:
         onnx_format = f"ONNX opset {ONNX_OPSET}, torch.onnx legacy exporter"
     with progress.stage("load", f"{description.name} from {checkpoint}"):
-        loaded = load_for_export(description, checkpoint)
+        # The ONNX file every target serves computes attention as plain ops: torch's export of sdpa adds a Where
+        # over the mask and an IsNaN guard on every [rows, heads, L, L] tensor (a third of ESM's time on CPU).
+        loaded = load_for_export(description, checkpoint, attention="eager")
     repository.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
         staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
@@ -132,11 +134,13 @@ def export_model(
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
-                for runtime, convert in CONVERTERS.items():
-                    with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
-                        outcomes[runtime][part.name] = _convert_runtime(
-                            runtime, convert, module, part, sample, batches, version_dir, name, tolerance
-                        )
+                with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
+                    for runtime, convert in CONVERTERS.items():
+                        with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
+                            outcomes[runtime][part.name] = _convert_runtime(
+                                runtime, convert, module, part, sample, batches, version_dir, name, tolerance,
+                                external_data,
+                            )  # fmt: skip
             runtimes[graph] = {
                 runtime: _every_part(runtime, graph, outcomes[runtime], version_dir) for runtime in CONVERTERS
             }
@@ -237,6 +241,7 @@ def _convert_runtime(
     version_dir: Path,
     name: str,
     tolerance: float | None,
+    external_data: bool,
 ) -> ParityReport | str:
     """Write `part` for `runtime` and hold it to the gate; a runtime that is not installed, cannot convert the graph
     or fails the gate is left out (its files removed) with the reason: the ONNX file serves without it."""
@@ -244,7 +249,7 @@ def _convert_runtime(
         return f"{runtime.library} is not installed"
     path = version_dir / runtime.file(part.name)
     try:
-        convert(module, part, sample, path)
+        convert(module, part, sample, path, external_data)
         engine = open_engine(runtime, path)
         return check_runtime_parity(module, engine, input_names(part, sample), part, batches, f"{name} {runtime.value}", tolerance)
     except Exception as error:  # noqa: BLE001 - any converter's failure only leaves this runtime out

@@ -1,9 +1,12 @@
-"""Write a graph's ONNX files once more for each CPU runtime that fuses attention, beside them.
+"""Write a graph once more for each CPU runtime that fuses attention, beside its ONNX files.
 
-`model.onnx` computes attention as separate MatMul, Add, Softmax, MatMul ops over
-[rows, heads, L, L]: on an Intel Xeon (AVX-512) 1.7-2.2x slower than torch's
-fused scaled-dot-product attention on 8 proteins of 272-512 residues, and the
-further behind the longer the proteins. Each file written here is held to the
+`model.onnx`, which every target serves, computes attention as separate MatMul,
+Add, Softmax, MatMul ops over [rows, heads, L, L]: on an Intel Xeon (AVX-512)
+1.7-2.2x slower than torch's fused scaled-dot-product attention on 8 proteins of
+272-512 residues, the further behind the longer the proteins. The exporter runs
+the module under sdpa for these conversions, which each turn into a fused kernel:
+onnxruntime's MultiHeadAttention (exporter/fused_attention.py), torch's own
+(TorchScript), OpenVINO's ScaledDotProductAttention. Each file is held to the
 same parity gate as the ONNX file; `serving.runtime_choice` then times them on
 the machine that serves (exporter/triton_backend/runtimes.py runs them).
 """
@@ -17,15 +20,20 @@ from pathlib import Path
 
 import torch
 
+from exporter.fused_attention import export_fused_attention_onnx
 from exporter.graph_inputs import GraphInputs
-from exporter.onnx_export import input_names
+from exporter.onnx_export import external_data_path, input_names
 from exporter.triton_backend.runtimes import TORCHSCRIPT_NAMES, Runtime
 from model_catalog import OnnxGraph
 
-Converter = Callable[[torch.nn.Module, OnnxGraph, GraphInputs, Path], None]
+Converter = Callable[[torch.nn.Module, OnnxGraph, GraphInputs, Path, bool], None]
+"""(module, graph, sample, path, external_data): external_data asks an ONNX file to keep its weights beside it
+(over protobuf's 2 GB); TorchScript and OpenVINO's IR have no such limit and ignore it."""
 
 
-def export_torchscript(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path) -> None:
+def export_torchscript(
+    module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path, external_data: bool = False
+) -> None:
     """The traced module, frozen (only the weights it uses: the decoder's parts hold the whole seq2seq model), with its
     tensors' names in an extra file (a trace keeps none)."""
     inputs = input_names(graph, sample)
@@ -37,7 +45,9 @@ def export_torchscript(module: torch.nn.Module, graph: OnnxGraph, sample: GraphI
     torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_NAMES: names})
 
 
-def export_openvino(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path) -> None:
+def export_openvino(
+    module: torch.nn.Module, graph: OnnxGraph, sample: GraphInputs, path: Path, external_data: bool = False
+) -> None:
     """OpenVINO's IR (`<graph>.openvino.xml` and `.bin`) converted from torch, whose sdpa becomes its fused
     ScaledDotProductAttention (from the ONNX file it would not: OpenVINO keeps the separate ops there)."""
     import openvino
@@ -60,8 +70,13 @@ def export_openvino(module: torch.nn.Module, graph: OnnxGraph, sample: GraphInpu
 def written_files(runtime: Runtime, graph: OnnxGraph, folder: Path) -> list[Path]:
     """Every file the runtime's conversion of `graph` leaves in `folder`."""
     main = folder / runtime.file(graph.name)
-    return [main, main.with_suffix(".bin")] if runtime is Runtime.OPENVINO else [main]
+    beside = {Runtime.OPENVINO: main.with_suffix(".bin"), Runtime.ONNXRUNTIME_FUSED: external_data_path(main)}
+    return [main, beside[runtime]] if runtime in beside else [main]
 
 
-CONVERTERS: dict[Runtime, Converter] = {Runtime.TORCHSCRIPT: export_torchscript, Runtime.OPENVINO: export_openvino}
+CONVERTERS: dict[Runtime, Converter] = {
+    Runtime.ONNXRUNTIME_FUSED: export_fused_attention_onnx,
+    Runtime.TORCHSCRIPT: export_torchscript,
+    Runtime.OPENVINO: export_openvino,
+}
 """The runtimes written beside the ONNX file, where their library is installed for the export."""

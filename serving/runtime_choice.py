@@ -266,9 +266,10 @@ def choose_runtimes(
     report: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Runtime]:
     """Make sure every graph of `models` in `repository` records the runtime it runs, timing them where the record
-    does not hold for this machine; `forced` (catalog name -> runtime, for each of the model's graphs) overrides the
-    measurement. Returns the choice for each Triton model."""
-    choices = {}
+    does not hold for this machine. `forced` (catalog name -> runtime) overrides the measurement for each of the
+    model's graphs that has the runtime (the cached decoder has no fused-attention file: its attention is its own);
+    a runtime none of them has is a RuntimeChoiceError. Returns the choice for each Triton model."""
+    timed = []
     for folder in graph_folders(repository, models):
         _, config = folder.read_config()
         version_dir = folder.newest_version()
@@ -279,10 +280,18 @@ def choose_runtimes(
         if "runtime" not in config.parameters or timings is None or timings.measured_for() != now:
             report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
             timings = measure(folder, config, version_dir, threads)
+        timed.append((folder, timings))
+    for model, runtime in forced.items():
+        graphs = [(folder.path.name, timings) for folder, timings in timed if folder.description.name == model]
+        if graphs and not any(runtime.value in timings.milliseconds for _, timings in graphs):
+            why = "; ".join(f"{name}: {timings.left_out.get(runtime.value, '')}" for name, timings in graphs)
+            raise RuntimeChoiceError(f"BIONEMO_RUNTIME: {model} cannot run on {runtime.value} here ({why})")
+    choices = {}
+    for folder, timings in timed:
         runtime = forced.get(folder.description.name)
         if runtime is not None and runtime.value not in timings.milliseconds:
-            why = timings.left_out.get(runtime.value, "")
-            raise RuntimeChoiceError(f"BIONEMO_RUNTIME: {folder.description.name} cannot run on {runtime.value} here: {why}")
+            report(f"{folder.path.name}: no {runtime.value} ({timings.left_out.get(runtime.value, '')}); the fastest measured")
+            runtime = None
         chosen_by = "measurement" if runtime is None else "BIONEMO_RUNTIME"
         runtime = runtime or timings.fastest()
         folder.write(runtime, timings, chosen_by)

@@ -95,7 +95,11 @@ def write_part(runtime: Runtime, module: torch.nn.Module, part: OnnxGraph, sampl
     return open_engine(runtime, path)
 
 
-@pytest.mark.parametrize("runtime", [Runtime.ONNXRUNTIME, *CONVERTERS], ids=lambda runtime: runtime.value)
+DECODER_RUNTIMES = [runtime for runtime in Runtime if runtime is not Runtime.ONNXRUNTIME_FUSED]
+"""The cached step computes its attention itself, not through sdpa: there is nothing for onnxruntime to fuse."""
+
+
+@pytest.mark.parametrize("runtime", DECODER_RUNTIMES, ids=lambda runtime: runtime.value)
 def test_every_runtime_takes_ragged_and_empty_caches(
     seq2seq: MBartForConditionalGeneration, source: Source, tmp_path: Path, runtime: Runtime
 ) -> None:

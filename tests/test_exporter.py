@@ -18,10 +18,12 @@ from exporter.architectures import CheckpointError, create_default_checkpoint, l
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
+from exporter.triton_backend.runtimes import Runtime
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, MODELS, GraphRole, Target
 from reference import CHECKPOINTS
+from test_cached_decoder import DECODER_RUNTIMES
 
 ESM2 = MODELS["esm2nv"]
 
@@ -191,13 +193,12 @@ def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Pat
     report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
     decoder = report.graphs[1]
     assert decoder.onnx_files == ["cross_attention.onnx", "step.onnx"]
-    converted = [
-        file.name for runtime in CONVERTERS for part in DECODER.parts for file in written_files(runtime, part, Path())
-    ]
-    expected = ["cross_attention.onnx", "model.py", "runtimes.py", "step.onnx", *converted]
+    converted = [runtime for runtime in CONVERTERS if runtime in DECODER_RUNTIMES]
+    written = [file.name for runtime in converted for part in DECODER.parts for file in written_files(runtime, part, Path())]
+    expected = ["cross_attention.onnx", "model.py", "runtimes.py", "step.onnx", *written]
     assert sorted(p.name for p in decoder.version_dir.iterdir()) == sorted(expected)
-    assert all(isinstance(parity, ParityReport) and parity.max_abs_diff < 1e-4 for parity in decoder.runtimes.values())
-    assert set(decoder.runtimes) == set(CONVERTERS)
+    assert all(isinstance(decoder.runtimes[runtime], ParityReport) and decoder.runtimes[runtime].max_abs_diff < 1e-4 for runtime in converted)
+    assert "0 MultiHeadAttention" in decoder.runtimes[Runtime.ONNXRUNTIME_FUSED]  # left out, and why
     assert "keeps each row's key-value cache" in (decoder.version_dir / "model.py").read_text()  # the stateful one
     assert decoder.parity.max_abs_diff < 1e-4 and decoder.onnx_bytes == sum(
         (decoder.version_dir / name).stat().st_size for name in decoder.onnx_files

@@ -21,10 +21,10 @@ from tritonclient.grpc import model_config_pb2
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
-from exporter.runtime_export import CONVERTERS
 from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine
 from model_catalog import DECODER, MODELS, GraphRole
-from serving.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model
+from serving.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model, instance_threads
+from test_cached_decoder import DECODER_RUNTIMES
 from serving.settings import Settings, SettingsError
 
 TINY_ESM2 = replace(
@@ -84,7 +84,7 @@ def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(reposi
     assert config.parameters["runtime"].string_value == choices["esm2nv"].value
     summary = json.loads(config.parameters["runtime_timings"].string_value)
     assert summary["chosen_by"] == "measurement" and summary["cpu"] == record["cpu"] == cpu_model()
-    assert summary["threads"] == record["threads"] == int(config.parameters["intra_op_threads"].string_value)
+    assert summary["threads"] == record["threads"] == instance_threads(config) == 1  # 2 cores, 2 busy instances
     assert (repository / "esm2nv" / "config.pbtxt").read_text().startswith("# esm2nv: the encoder of esm2nv")
     shapes = list(record["milliseconds"]["onnxruntime"])
     assert shapes[0] == "1x64" and shapes[-1] == "1x1024", "one row up to the longest input, as the buckets send"
@@ -133,7 +133,7 @@ def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(reposi
 
 def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> None:
     (repository / "esm2nv" / "1" / Runtime.TORCHSCRIPT.file("model")).unlink()
-    with pytest.raises(RuntimeChoiceError, match=r"esm2nv cannot run on torchscript here: not exported"):
+    with pytest.raises(RuntimeChoiceError, match=r"esm2nv cannot run on torchscript here \(esm2nv: not exported"):
         choose_runtimes(repository, {"esm2nv": Runtime.TORCHSCRIPT}, ["esm2nv"])
 
 
@@ -166,12 +166,25 @@ def test_the_decoder_records_the_fastest_over_its_steps_and_cross_attention(mole
     shapes = ["cross_attention 1x60", "cross_attention 16x60", "step 1x40", "step 1x100", "step 16x40", "step 16x100"]
     assert all(list(times) == shapes for times in record["milliseconds"].values())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
-    assert set(totals) == {Runtime.ONNXRUNTIME.value, *(runtime.value for runtime in CONVERTERS)}
+    assert set(totals) == {runtime.value for runtime in DECODER_RUNTIMES}
     chosen = choices["megamolbart_decoder"]
     assert chosen == Runtime(min(totals, key=totals.__getitem__))
     assert config_of(molecules, "megamolbart_decoder").parameters["runtime"].string_value == chosen.value
     assert record["threads"] == len(os.sched_getaffinity(0))  # its one instance runs on every core
     assert "megamolbart_encoder" in choices
+
+
+def test_a_runtime_only_the_encoder_has_forces_the_encoder_and_leaves_the_decoder_to_its_timings(
+    molecules: Path,
+) -> None:
+    lines: list[str] = []
+    choices = choose_runtimes(molecules, {"megamolbart": Runtime.ONNXRUNTIME_FUSED}, ["megamolbart"], report=lines.append)
+    measured = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())["milliseconds"]
+    fastest = min(measured, key=lambda runtime: sum(measured[runtime].values()))
+    assert choices == {"megamolbart_encoder": Runtime.ONNXRUNTIME_FUSED, "megamolbart_decoder": Runtime(fastest)}
+    decoder = json.loads(config_of(molecules, "megamolbart_decoder").parameters["runtime_timings"].string_value)
+    assert decoder["chosen_by"] == "measurement"
+    assert any(line.startswith("megamolbart_decoder: no onnxruntime-fused (not exported") for line in lines)
 
 
 def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: Path) -> None:

@@ -14,11 +14,11 @@ import pytest
 import requests
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
-from exporter.runtime_export import CONVERTERS
 from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS
 from reference import TransformersReference
 from test_molecules_e2e import greedy_reference
+from test_cached_decoder import DECODER_RUNTIMES
 from test_service_e2e import TOLERANCE, mixed_sequences
 
 MODELS_CHECKED = ("esm2nv", "prott5nv")
@@ -68,11 +68,11 @@ def test_the_forced_runtime_serves_what_transformers_computes(
         assert np.abs(states[row, : len(expected)] - expected).max() < TOLERANCE, (runtime, row)
 
 
-@pytest.fixture(scope="module", params=list(CONVERTERS), ids=lambda runtime: runtime.value)
+@pytest.fixture(scope="module", params=DECODER_RUNTIMES, ids=lambda runtime: runtime.value)
 def forced_molecules(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Runtime, RunningService]]:
-    """megamolbart alone, its encoder and decoder on a runtime that is not the default (`megamolbart=<runtime>`)."""
+    """megamolbart alone, its encoder and decoder on the runtime `megamolbart=<runtime>` forces."""
     runtime, root = request.param, tmp_path_factory.mktemp(f"molecules-{request.param.value}")
     for graph in MODELS["megamolbart"].graphs:
         name = MODELS["megamolbart"].triton_name(graph.role)

@@ -25,7 +25,6 @@ cache (a call naming one gets an error, which the service answers with a 503).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -36,7 +35,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import Runtime, open_engine  # noqa: E402
+from runtimes import Runtime, open_engine, thread_allotment  # noqa: E402
 
 
 class CacheError(Exception):
@@ -109,8 +108,8 @@ class TritonPythonModel:
             open_engine(runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider)
             for part in ("cross_attention", "step")
         )
-        # One instance runs every step: all the cores unless the config fixes a number (0: all of them).
-        self.threads = int(parameters["intra_op_threads"]) or len(os.sched_getaffinity(0))
+        # One instance runs every step: with 0, the cores it shares with the encoders busy at the moment.
+        self.threads = thread_allotment(int(parameters["intra_op_threads"]))
         self.idle_seconds = float(parameters["idle_seconds"])
         self.stream_of: dict[int, Stream] = {}
 
@@ -155,7 +154,8 @@ class TritonPythonModel:
         cross_kv = None
         if starting.any():  # once per source; a new stream, whose rows all start, takes its layout
             sources = {"encoder_hidden_states": encoder_hidden_states}
-            (cross_kv,) = self.cross_attention.run(["cross_kv"], sources, self.threads)
+            with self.threads() as threads:
+                (cross_kv,) = self.cross_attention.run(["cross_kv"], sources, threads)
         if stream is None:
             stream = Stream.laid_out_as(cross_kv, encoder_mask.dtype, now)
         slots = self._place(stream, parent_ids, cross_kv, encoder_mask)
@@ -220,9 +220,9 @@ class TritonPythonModel:
         in_slot_order = np.empty(rows, dtype=np.int64)
         in_slot_order[slots] = tokens
         feeds = {name: array[:rows] for name, array in stream.arrays.items()}
-        logits, token_kv = self.step.run(
-            ["logits", "token_kv"], feeds | {"token": in_slot_order, "position": positions}, self.threads
-        )
+        inputs = feeds | {"token": in_slot_order, "position": positions}
+        with self.threads() as threads:
+            logits, token_kv = self.step.run(["logits", "token_kv"], inputs, threads)
         every_row = np.arange(rows)
         for layer in range(token_kv.shape[1]):
             for index, kind in enumerate(("keys", "values")):

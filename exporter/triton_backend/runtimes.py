@@ -167,6 +167,14 @@ class OpenVinoEngine:
         return [request.get_tensor(name).data.copy() for name in outputs]
 
 
+def thread_allotment(intra_op_threads: int) -> Callable[[], AbstractContextManager[int]]:
+    """What gives a run its threads, from a config's `intra_op_threads`: that many, or with 0 a share of the cores
+    (CoreShare) among the busy instances of this tritonserver, encoders and decoder alike."""
+    if intra_op_threads:
+        return lambda: contextlib.nullcontext(intra_op_threads)
+    return CoreShare(len(os.sched_getaffinity(0))).running
+
+
 def run_in_pieces(
     engine: Engine,
     outputs: list[str],

@@ -14,9 +14,7 @@ pieces, so that the runtime's memory stays bounded whatever Triton merges.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,7 +23,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import CoreShare, Runtime, open_engine, run_in_pieces  # noqa: E402
+from runtimes import Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
 
 
 class TritonPythonModel:
@@ -41,9 +39,7 @@ class TritonPythonModel:
         graph = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
         runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
         self.engine = open_engine(runtime, graph.with_name(runtime.file(graph.stem)), parameters["execution_provider"])
-        fixed_threads = int(parameters["intra_op_threads"])
-        # 0: a share of the cores, all of them for a lone request (runtimes.CoreShare); otherwise that many threads.
-        self.threads = (lambda: contextlib.nullcontext(fixed_threads)) if fixed_threads else CoreShare(len(os.sched_getaffinity(0))).running
+        self.threads = thread_allotment(int(parameters["intra_op_threads"]))
         self.attention_budget = int(parameters["attention_budget"])
 
     def execute(self, requests: list) -> list:
