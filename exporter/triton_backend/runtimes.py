@@ -155,8 +155,11 @@ class OpenVinoEngine:
             compiled = self.core.compile_model(
                 self.model,
                 "CPU",
-                # FP32 means FP32: on CPUs with bf16 or fp16 units OpenVINO would otherwise compute in them.
-                {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"},
+                # FP32 means FP32: on CPUs with bf16 or fp16 units OpenVINO would otherwise compute in them. No pinning:
+                # OpenVINO pins its threads to the first cores, so every instance's stub sat on the same one (two
+                # instances of one thread each answered /embed at half the rate of one instance on both cores).
+                {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+                 "ENABLE_CPU_PINNING": False},
             )
             self.compiled[threads] = compiled.create_infer_request()
         return self.compiled[threads]
