@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from model_catalog import MODELS
+from model_catalog import MODELS, Target
 from serving.runtime_choice import RuntimeChoiceError, choose_runtimes
 from serving.settings import REMOTE_REPOSITORY_SCHEMES, Settings, SettingsError
 from serving.target_runtime import require_providers
@@ -51,9 +51,9 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
 
 
 def record_runtimes(settings: Settings) -> None:
-    """The runtime of each encoder Triton will load, measured here where the repository's record does not hold."""
-    if settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
-        return  # tritonserver reads it; each config runs the runtime it records, onnxruntime where none
+    """The runtime each graph Triton will load runs on CPU, measured here where the repository's record does not hold."""
+    if settings.target is not Target.CPU or settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
+        return  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record
     models = settings.models if settings.models is not None else MODELS
     try:
         choose_runtimes(Path(settings.model_repository), settings.runtimes, models, report=lambda line: print(f"bionemo: {line}"))

@@ -38,6 +38,7 @@ from exporter.decoder_caches import layer_caches
 from exporter.triton_backend.runtimes import Runtime, open_engine
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
+from serving.settings import Settings, SettingsError
 
 RECORD = "runtime.json"
 """The timings of a model's runtimes, beside its config.pbtxt."""
@@ -304,8 +305,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.runtime_choice", description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     args = parser.parse_args(argv)
-    from serving.settings import Settings, SettingsError
-
     try:
         choose_runtimes(args.repository, Settings.from_environment().runtimes, report=print)
     except (SettingsError, RuntimeChoiceError) as error:
