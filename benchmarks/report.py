@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 from collections.abc import Callable
@@ -18,6 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 import torch  # noqa: E402
+from google.protobuf import text_format  # noqa: E402
+from tritonclient.grpc import model_config_pb2  # noqa: E402
 
 from benchmarks.contenders import Contender  # noqa: E402
 from benchmarks.flops import FORMULA, EncoderShape  # noqa: E402
@@ -33,7 +36,7 @@ from benchmarks.workload import (  # noqa: E402
 from model_catalog import MODELS  # noqa: E402
 
 DEFAULT_REPORT = ROOT / "docs" / "benchmarks.md"
-PACKAGES = ("bentoml", "nvidia-pytriton", "tritonclient", "onnxruntime", "torch", "transformers", "locust")
+PACKAGES = ("bentoml", "nvidia-pytriton", "tritonclient", "onnxruntime", "openvino", "torch", "transformers", "locust")
 SERVICE, DIRECT, NAIVE, PYTRITON = "service", "direct-triton", "naive", "pytriton"
 SERVICE_GENERATE, NAIVE_GENERATE = "service-generate", "naive-generate"
 OTHER_CPU_WARNING = 0.1
@@ -67,6 +70,15 @@ def machine_facts() -> dict[str, str]:
         "python": platform.python_version(),
         "packages": ", ".join(f"{name} {metadata.version(name)}" for name in PACKAGES),
     }
+
+
+def _served_runtime() -> str:
+    """What runs esm2nv in the service, as its config records it (serving.runtime_choice)."""
+    config = text_format.Parse((ROOT / "model_repository" / MODEL / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    if "runtime" not in config.parameters:
+        return "onnxruntime"
+    timings = json.loads(config.parameters["runtime_timings"].string_value)
+    return f"{config.parameters['runtime'].string_value}, chosen by {timings['chosen_by']} on {timings['cpu']}"
 
 
 def _ms(value: float) -> str:
@@ -280,8 +292,8 @@ def write(path: Path, run: Run) -> None:
         *(f"| {c.name} | {c.title} | `{c.user_class}` |" for c in run.contenders),
         "",
         f"All use `checkpoints/esm2nv` ({run.shape.layers} layers, {run.shape.hidden} wide) and answer the mean of "
-        "the final hidden states over the residues. `service` and `direct-triton` run its ONNX export in "
-        "`model_repository/esm2nv` (Triton's python backend, onnxruntime); `direct-triton` calls the very "
+        "the final hidden states over the residues. `service` and `direct-triton` run its export in "
+        f"`model_repository/esm2nv` (Triton's python backend, on {_served_runtime()}); `direct-triton` calls the very "
         "tritonserver the service started (same models, same config). The others run transformers' `EsmModel` in "
         f"torch eager. Both Triton models batch alike: `max_batch_size` {policy.max_batch_size}, dynamic batching "
         f"with a {policy.max_queue_delay_microseconds / 1000:g} ms queue delay, preferred sizes "

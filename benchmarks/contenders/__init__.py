@@ -56,8 +56,8 @@ BENTOML = Server(
 
 # Contenders of one server follow each other: it starts once for them.
 CONTENDERS = (
-    Contender("service", "this service: BentoML front, Triton python backend, onnxruntime", SERVICE, "EmbedUser",
-              triton_url=tritonserver_url),
+    Contender("service", "this service: BentoML front, Triton python backend, the runtime timed fastest on this CPU",
+              SERVICE, "EmbedUser", triton_url=tritonserver_url),
     Contender("direct-triton", "the same Triton model via tritonclient, tokenized and pooled client-side", SERVICE,
               "TritonEmbedUser", url=tritonserver_url, client=TritonEmbedder, triton_url=tritonserver_url),
     Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,
