@@ -78,8 +78,10 @@ class Timings:
         return {runtime: round(sum(times.values()), 1) for runtime, times in self.milliseconds.items()}
 
     def fastest(self) -> Runtime:
-        totals = self.totals()
-        return Runtime(min(totals, key=totals.__getitem__))
+        """The runtime of the smallest total among those timing may choose; onnxruntime where none ran (Triton's load
+        then fails, saying why)."""
+        totals = {runtime: total for runtime, total in self.totals().items() if Runtime(runtime).chosen_by_timing}
+        return Runtime(min(totals, key=totals.__getitem__)) if totals else Runtime.ONNXRUNTIME
 
 
 def cpu_model() -> str:
@@ -183,11 +185,14 @@ def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_d
     files, left_out = available(version_dir, folder.graph)
     milliseconds = {}
     for runtime, paths in files.items():
-        engines = {part: open_engine(runtime, path) for part, path in paths.items()}
-        milliseconds[runtime.value] = {
-            batch.shape: _fastest_run(lambda: engines[batch.part].run(batch.outputs, batch.feeds, threads))
-            for batch in batches
-        }
+        try:
+            engines = {part: open_engine(runtime, path) for part, path in paths.items()}
+            milliseconds[runtime.value] = {
+                batch.shape: _fastest_run(lambda: engines[batch.part].run(batch.outputs, batch.feeds, threads))
+                for batch in batches
+            }
+        except Exception as error:  # noqa: BLE001 - a file its runtime cannot run is left out; Triton's load says why
+            left_out[runtime.value] = f"does not run here ({type(error).__name__})"
     return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, left_out)
 
 

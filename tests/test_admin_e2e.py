@@ -21,7 +21,7 @@ TOKEN = secrets.token_hex(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 SEQUENCE = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
 BROKEN = "esm1nv"
-"""Its ONNX file in the test's repository is not ONNX: Triton cannot load it."""
+"""Its graph files in the test's repository are not models: Triton cannot load it."""
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if model.is_dir() and model.name != BROKEN:
             (folder / model.name).symlink_to(model, target_is_directory=True)
     shutil.copytree(DEFAULT_REPOSITORY / BROKEN, folder / BROKEN, ignore=shutil.ignore_patterns("__pycache__"))
-    (folder / BROKEN / "1" / "model.onnx").write_bytes(b"not an onnx model")
+    for broken in (folder / BROKEN / "1").glob("model.*"):  # every runtime's file: whichever the config names
+        if broken.name != "model.py":
+            broken.write_bytes(b"not a model")
     return folder
 
 

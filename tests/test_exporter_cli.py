@@ -15,7 +15,9 @@ from exporter.__main__ import main
 from exporter.architectures import create_default_checkpoint
 from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import Optimizer, export_model
+from exporter.runtime_export import CONVERTERS
 from model_catalog import MODELS, Target
+from test_exporter import EVERY_RUNTIME_FILE
 
 TINY_ESM2 = replace(
     MODELS["esm2nv"],
@@ -41,7 +43,8 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     assert main([*arguments, "--max-batch-size", "12"]) == 0
     output = capsys.readouterr()
     stages = [line.split()[0] for line in output.err.splitlines() if line.endswith(("...", " s"))]
-    assert stages == ["load", "load", "convert", "convert", "verify", "verify", "write", "write"]
+    runtimes = ["convert", "convert"] * len(CONVERTERS)  # the same graph for each runtime that fuses attention
+    assert stages == ["load", "load", "convert", "convert", "verify", "verify", *runtimes, "write", "write"]
     assert all("done in" in line for line in output.err.splitlines() if not line.endswith("..."))
     summary = output.out
     assert f"esm2nv: exported from {checkpoint} in " in summary
@@ -49,6 +52,8 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     assert f"{tmp_path / 'esm2nv' / '4' / 'model.onnx'} (" in summary and "MiB)" in summary
     assert "<= 1e-04 (FP32 on CPUExecutionProvider)" in summary and "3 padded batches" in summary
     assert f"configs: {tmp_path / 'esm2nv' / 'config.pbtxt'}, {tmp_path / 'esm2nv' / 'configs' / 'gpu.pbtxt'}" in summary
+    for runtime in CONVERTERS:
+        assert f"    {runtime.value}: max |{runtime.value} - torch| = " in summary
     for config_file in (tmp_path / "esm2nv").glob("**/*.pbtxt"):
         config = read_config(config_file)
         assert config.max_batch_size == 12
@@ -91,7 +96,7 @@ def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tm
     assert report.format.startswith("ONNX from Triton Model Navigator 0.14")
     (graph,) = report.graphs
     assert graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3
-    assert sorted(path.name for path in graph.version_dir.iterdir()) == ["model.onnx", "model.py"]
+    assert {path.name for path in graph.version_dir.iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "runtimes.py"}
     assert not list(tmp_path.glob(".export-*"))
     # The graph Navigator wrote has the tensors the generated config declares, every variable axis dynamic.
     config = read_config(tmp_path / "esm2nv" / "config.pbtxt")

@@ -78,8 +78,9 @@ def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(reposi
     choices = choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     record = json.loads((repository / "esm2nv" / RECORD).read_text())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
-    assert set(totals) == {runtime.value for runtime in Runtime}
-    assert choices == {"esm2nv": Runtime(min(totals, key=totals.__getitem__))}
+    assert set(totals) == {runtime.value for runtime in Runtime}  # TorchScript is timed and shown, never chosen
+    choosable = {runtime: total for runtime, total in totals.items() if Runtime(runtime).chosen_by_timing}
+    assert choices == {"esm2nv": Runtime(min(choosable, key=choosable.__getitem__))} != {"esm2nv": Runtime.TORCHSCRIPT}
     config = config_of(repository)
     assert config.parameters["runtime"].string_value == choices["esm2nv"].value
     summary = json.loads(config.parameters["runtime_timings"].string_value)
@@ -168,7 +169,8 @@ def test_the_decoder_records_the_fastest_over_its_steps_and_cross_attention(mole
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
     assert set(totals) == {runtime.value for runtime in DECODER_RUNTIMES}
     chosen = choices["megamolbart_decoder"]
-    assert chosen == Runtime(min(totals, key=totals.__getitem__))
+    choosable = {runtime: total for runtime, total in totals.items() if Runtime(runtime).chosen_by_timing}
+    assert chosen == Runtime(min(choosable, key=choosable.__getitem__))
     assert config_of(molecules, "megamolbart_decoder").parameters["runtime"].string_value == chosen.value
     assert record["threads"] == len(os.sched_getaffinity(0))  # its one instance runs on every core
     assert "megamolbart_encoder" in choices
@@ -180,7 +182,8 @@ def test_a_runtime_only_the_encoder_has_forces_the_encoder_and_leaves_the_decode
     lines: list[str] = []
     choices = choose_runtimes(molecules, {"megamolbart": Runtime.ONNXRUNTIME_FUSED}, ["megamolbart"], report=lines.append)
     measured = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())["milliseconds"]
-    fastest = min(measured, key=lambda runtime: sum(measured[runtime].values()))
+    choosable = [runtime for runtime in measured if Runtime(runtime).chosen_by_timing]
+    fastest = min(choosable, key=lambda runtime: sum(measured[runtime].values()))
     assert choices == {"megamolbart_encoder": Runtime.ONNXRUNTIME_FUSED, "megamolbart_decoder": Runtime(fastest)}
     decoder = json.loads(config_of(molecules, "megamolbart_decoder").parameters["runtime_timings"].string_value)
     assert decoder["chosen_by"] == "measurement"
@@ -258,3 +261,10 @@ def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
     started = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr[-2000:]
+
+
+def test_a_file_its_runtime_cannot_run_is_left_out_not_fatal(repository: Path) -> None:
+    (repository / "esm2nv" / "1" / Runtime.OPENVINO.file("model")).write_text("not a model")
+    choices = choose_runtimes(repository, {}, ["esm2nv"])
+    record = json.loads((repository / "esm2nv" / RECORD).read_text())
+    assert record["left_out"]["openvino"].startswith("does not run here") and choices["esm2nv"] is not Runtime.OPENVINO
