@@ -268,3 +268,14 @@ def test_a_file_its_runtime_cannot_run_is_left_out_not_fatal(repository: Path) -
     choices = choose_runtimes(repository, {}, ["esm2nv"])
     record = json.loads((repository / "esm2nv" / RECORD).read_text())
     assert record["left_out"]["openvino"].startswith("does not run here") and choices["esm2nv"] is not Runtime.OPENVINO
+
+
+def test_the_boards_of_ended_tritonservers_are_removed() -> None:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = CoreShare.BOARDS / f"{CoreShare.PREFIX}{ended.stdout.strip()}"
+    live = CoreShare.BOARDS / f"{CoreShare.PREFIX}{os.getpid()}"  # this process stands for a running server
+    for board in (stale, live):
+        board.write_bytes(bytes(16))
+    CoreShare.remove_stale_boards()
+    assert not stale.exists() and live.exists()
+    live.unlink()

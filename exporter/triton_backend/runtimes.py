@@ -219,9 +219,14 @@ class CoreShare:
 
     SLOTS = 256
 
+    BOARDS = Path("/dev/shm")
+    PREFIX = "bionemo-core-share-"
+
     def __init__(self, cores: int, board: Path | None = None) -> None:
         self.cores = cores
-        path = board or Path(f"/dev/shm/bionemo-core-share-{os.getppid()}")
+        if board is None:
+            self.remove_stale_boards()
+        path = board or self.BOARDS / f"{self.PREFIX}{os.getppid()}"
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
@@ -235,6 +240,14 @@ class CoreShare:
         finally:
             fcntl.flock(descriptor, fcntl.LOCK_UN)
             os.close(descriptor)
+
+    @classmethod
+    def remove_stale_boards(cls) -> None:
+        """The boards of tritonservers that have ended (each leaves one behind; nothing else would remove it)."""
+        for board in cls.BOARDS.glob(f"{cls.PREFIX}*"):
+            server = board.name.removeprefix(cls.PREFIX)
+            if server.isdigit() and not _alive(int(server)):
+                board.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[int]:
