@@ -8,9 +8,9 @@ times them on the machine that serves and records the fastest in the model's
 A runtime's library is imported only when it is opened, so a host needs only the
 runtimes it serves.
 
-Every engine takes a thread count per run: the encoders' backend gives a lone
-request every core and each of several busy instances its share; the decoder's
-one instance runs on a fixed count.
+Every engine takes a thread count per run: both backends give a lone run every
+core and each of several busy instances its share (CoreShare), unless the config
+fixes `intra_op_threads`.
 """
 
 from __future__ import annotations
