@@ -40,8 +40,10 @@ from serving.protocol import (
     RepositoryResponse,
 )
 from serving.settings import current_settings
+from serving.tracing import trace_only_when_collected
 
 settings = current_settings()
+trace_only_when_collected()
 triton = bentoml.triton.Runner(
     "triton",
     model_repository=settings.model_repository,
