@@ -41,6 +41,11 @@ STARTED_AT = int(time.time())
 OWNER = "bionemo"
 
 
+def _is_token_ids(item: Any) -> bool:
+    """One token id, or one input as a list of them."""
+    return isinstance(item, int) or (isinstance(item, list) and all(isinstance(token, int) for token in item))
+
+
 def _strings_only(value: Any) -> Any:
     """One string is one input. Token ids, which OpenAI's API also takes, are refused by name: this service
     tokenizes, with the model's own tokenizer."""
@@ -48,7 +53,7 @@ def _strings_only(value: Any) -> Any:
         return [value]
     if not isinstance(value, list):
         raise PydanticCustomError("input_type", "should be a string or a list of strings")
-    if value and all(isinstance(item, int) or isinstance(item, list) for item in value):
+    if value and all(_is_token_ids(item) for item in value):
         raise PydanticCustomError(
             "token_ids", "token ids are not accepted: this service tokenizes; send each sequence or SMILES as a string"
         )

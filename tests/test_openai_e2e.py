@@ -94,6 +94,7 @@ BAD_REQUESTS = [
     ({"model": "esm2nv", "input": ["MKT"], "dimensions": 256}, "dimensions", "have 320 dimensions, not 256"),
     ({"model": "esm2nv", "input": [[5, 6, 7]]}, "input", "token ids are not accepted"),
     ({"model": "esm2nv", "input": [5, 6, 7]}, "input", "token ids are not accepted"),
+    ({"model": "esm2nv", "input": [["MKT"]]}, "input[0]", "should be a valid string"),
     ({"model": "esm2nv", "input": []}, "input", "at least 1 item"),
     ({"model": "esm2nv", "input": ""}, "input", "sequence is empty"),
     ({"model": "esm2nv", "input": ["MKT", "A", ""]}, "input[2]", "sequence is empty"),
