@@ -25,6 +25,13 @@ from serving.http_io import (
     ValidatedNdarray,
 )
 from serving.model_registry import ModelRegistry
+from serving.openai_api import (
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+    OpenAIFront,
+    OpenAIJSONOutput,
+    OpenAIModelList,
+)
 from serving.payloads import encode_arrays
 from serving.protocol import (
     AdminModelRequest,
@@ -58,6 +65,7 @@ endpoint = Endpoints(svc, Admission(settings.max_in_flight, settings.request_tim
 registry = ModelRegistry(triton)
 engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
+openai_front = OpenAIFront(engine, registry)
 
 
 @endpoint("/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
@@ -117,6 +125,22 @@ async def generate(request: GenerateRequest) -> GenerateResponse:
 async def models(_: None) -> ModelsResponse:
     """The served models: version, capabilities, length limit, hidden size, tokenizer."""
     return await registry.catalog()
+
+
+@endpoint(
+    "/v1/embeddings",
+    ValidatedJSON(pydantic_model=OpenAIEmbeddingRequest),
+    OpenAIJSONOutput(pydantic_model=OpenAIEmbeddingResponse),
+)
+async def openai_embeddings(request: OpenAIEmbeddingRequest) -> OpenAIEmbeddingResponse:
+    """OpenAI's embeddings API: /embed's embeddings (mean pooling) as OpenAI's clients ask and read them."""
+    return await openai_front.embeddings(request)
+
+
+@endpoint("/v1/models", NoInput(), OpenAIJSONOutput(pydantic_model=OpenAIModelList))
+async def openai_models(_: None) -> OpenAIModelList:
+    """The served models, as OpenAI's API lists them."""
+    return await openai_front.models()
 
 
 # The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.

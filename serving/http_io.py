@@ -50,7 +50,7 @@ def field_path(location: tuple[str | int, ...]) -> str:
     return path or "body"
 
 
-def _validation_error(error: ValidationError) -> ServiceError:
+def validation_error(error: ValidationError) -> ServiceError:
     if any(item["type"] == "json_invalid" for item in error.errors()):
         return MalformedBody.at("body", f"not valid JSON: {error.errors()[0]['msg']}")
     return InvalidRequest([FieldProblem(field_path(tuple(item["loc"])), item["msg"]) for item in error.errors()])
@@ -111,7 +111,7 @@ class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
         try:
             return self._pydantic_model.model_validate_json(body)
         except ValidationError as error:
-            return _validation_error(error)
+            return validation_error(error)
 
 
 class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray):
@@ -177,11 +177,17 @@ class AdminNoInput(_AdminOnly, NoInput):
 
 
 class _RendersErrors:
-    """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body."""
+    """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
+
+    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/openai_api.py);
+    the status is always the one of serving/errors.py.
+    """
+
+    error_shape: Callable[[ServiceError], dict[str, Any]] = staticmethod(error_body)
 
     async def to_http_response(self, obj: Any, ctx: bentoml.Context | None = None) -> Response:
         if isinstance(obj, ServiceError):
-            return JSONResponse(error_body(obj), status_code=http_status(obj), headers=error_headers(obj))
+            return JSONResponse(self.error_shape(obj), status_code=http_status(obj), headers=error_headers(obj))
         return await super().to_http_response(obj, ctx)  # type: ignore[misc]
 
 
