@@ -17,7 +17,9 @@ from conftest import RunningService
 from reference import TransformersReference
 from test_service_e2e import TOLERANCE, mixed_sequences
 
-PUBLIC_APIS = {"embed", "embed_ndarray", "hidden", "decode", "decode_ndarray", "generate", "models"}
+PUBLIC_APIS = {
+    "embed", "embed_ndarray", "hidden", "decode", "decode_ndarray", "generate", "models", "openai_embeddings", "openai_models"
+}
 PROTEIN = "esm2nv"
 MOLECULES = ["CCO", "c1ccccc1C(=O)O"]
 BAD_REQUESTS = [
