@@ -24,6 +24,7 @@ from serving.http_io import (
     ValidatedJSON,
     ValidatedNdarray,
 )
+from serving.metrics import MergeTritonMetrics
 from serving.model_registry import ModelRegistry
 from serving.openai_api import (
     OpenAIEmbeddingRequest,
@@ -34,6 +35,7 @@ from serving.openai_api import (
 )
 from serving.payloads import encode_arrays
 from serving.protocol import (
+    MEGAMOLBART,
     AdminModelRequest,
     DecodeRequest,
     DecodeResponse,
@@ -61,6 +63,7 @@ triton = bentoml.triton.Runner(
 # The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
+svc.add_asgi_middleware(MergeTritonMetrics, port=settings.triton_metrics_port)  # Triton's families in GET /metrics
 endpoint = Endpoints(svc, Admission(settings.max_in_flight, settings.request_timeout_s))
 registry = ModelRegistry(triton)
 engine = EncoderEngine(triton, registry)
@@ -109,6 +112,7 @@ async def decode(request: DecodeRequest) -> DecodeResponse:
     "/decode/ndarray",
     ValidatedNdarray(dtype=np.float32, shape=(-1, -1, -1)),
     JSONOutput(pydantic_model=DecodeResponse),
+    model=MEGAMOLBART,
 )
 async def decode_ndarray(hidden_states: np.ndarray) -> DecodeResponse:
     """Greedy decoding of a [batch, length, dim] float32 array with megamolbart; all-zero vectors are padding."""

@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from serving.errors import DeadlineExceeded, Overloaded
+from serving.metrics import IN_FLIGHT
 
 T = TypeVar("T")
 
@@ -30,6 +31,7 @@ class Admission:
                 "request", f"this worker has {self.in_flight} requests in flight, its limit (BIONEMO_MAX_IN_FLIGHT)"
             )
         self.in_flight += 1
+        IN_FLIGHT.inc()
         try:
             async with asyncio.timeout(self.timeout_s):  # in this task: no second task per request, as wait_for makes
                 return await work
@@ -39,3 +41,4 @@ class Admission:
             ) from None
         finally:
             self.in_flight -= 1
+            IN_FLIGHT.dec()

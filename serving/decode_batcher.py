@@ -21,6 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
+from serving.metrics import DECODER_STEP_ROWS
+
 logger = logging.getLogger(__name__)
 
 
@@ -73,9 +75,11 @@ class _InFlight:
 class DecodeBatcher:
     """Runs the decodings of one model version, all in flight together, one decoder step at a time."""
 
-    def __init__(self, step: Step, hidden_size: int) -> None:
+    def __init__(self, step: Step, hidden_size: int, model: str) -> None:
+        """`model` names the decoder in the metrics (rows per step)."""
         self._step = step
         self._hidden_size = hidden_size
+        self._rows_per_step = DECODER_STEP_ROWS.labels(model)
         # Ids from a random start: API workers share the Triton model's caches without colliding.
         self._ids = itertools.count(secrets.randbits(62))
         self._joining: list[_InFlight] = []
@@ -106,6 +110,8 @@ class DecodeBatcher:
                 queries = [flight.decoding.query() for flight in active]
                 arrays, row_ids = self._inputs(active, queries, pending)
                 logits = await self._step(arrays)
+                if active:
+                    self._rows_per_step.observe(len(arrays["row_ids"]))
             except Exception as error:  # noqa: BLE001 - handed to every waiting request, which raises it
                 if not active:  # a call that only released caches: Triton forgets unused ones anyway
                     logger.warning("releasing %d decoder caches failed: %s", len(pending), error)

@@ -13,6 +13,7 @@ from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, SequenceTooLong, Tokenizer, l2_normalize, tokenizer_for
 from preprocessing.batching import bucketed_chunks
 from serving.errors import FieldProblem, InvalidRequest
+from serving.metrics import record_encoder_batches
 from serving.model_registry import ModelRegistry
 from serving.payloads import encode_arrays
 from serving.protocol import (
@@ -151,6 +152,8 @@ class EncoderEngine:
                 pooling_mask[:, tokenizer.summary_position] = True
             return await self.infer(model, GraphRole.ENCODER, batch.model_inputs(pooling_mask), output)
 
+        sent = sum(width * len(members) for width, members in chunks)
+        record_encoder_batches(model.name, [len(row) for row in rows], positions_sent=sent)
         results: list[np.ndarray] = [np.empty(0)] * len(rows)
         for (_, members), outputs in zip(chunks, await asyncio.gather(*(run(*chunk) for chunk in chunks))):
             for index, result in zip(members, outputs):

@@ -162,7 +162,7 @@ class MoleculeGenerator:
             async def step(arrays: dict[str, np.ndarray]) -> np.ndarray:
                 return await self.engine.infer(model, GraphRole.DECODER, arrays, "logits")
 
-            self._batchers[key] = DecodeBatcher(step, model.sizes["hidden_size"])
+            self._batchers[key] = DecodeBatcher(step, model.sizes["hidden_size"], model.name)
         await self._batchers[key].decode(decoding)
         return decoding.result()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hmac
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from serving.errors import (
     error_headers,
     http_status,
 )
+from serving.metrics import model_label, record_request
 from serving.settings import current_settings
 
 RequestT = TypeVar("RequestT")
@@ -210,25 +212,36 @@ class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarr
 
 
 class Endpoints:
-    """Registers handlers on `service`, each run under `admission`; any `ServiceError` is answered as JSON."""
+    """Registers handlers on `service`, each run under `admission`; any `ServiceError` is answered as JSON.
+
+    Every answer is counted here (serving/metrics.py): by route, model and status, with its duration.
+    """
 
     def __init__(self, service: bentoml.legacy.Service, admission: Admission) -> None:
         self.service, self.admission = service, admission
 
     def __call__(
-        self, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor
+        self, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor, model: str = ""
     ) -> Callable[[Handler], Handler]:
-        """Register `handler(request) -> response` at `route`."""
+        """Register `handler(request) -> response` at `route`; `model` labels the metrics of requests that name none."""
 
         def register(handler: Handler) -> Handler:
             @functools.wraps(handler)
             async def answer(parsed: Any) -> Any:
-                if isinstance(parsed, ServiceError):
-                    return parsed
+                started = time.perf_counter()
+
+                def record(failure: Exception | None) -> None:
+                    record_request(route, model_label(parsed, model), failure, time.perf_counter() - started)
+
                 try:
-                    return await self.admission.run(handler(parsed))
+                    result = parsed if isinstance(parsed, ServiceError) else await self.admission.run(handler(parsed))
                 except ServiceError as error:
-                    return error
+                    result = error
+                except Exception as bug:  # BentoML answers it with a 500
+                    record(bug)
+                    raise
+                record(result if isinstance(result, ServiceError) else None)  # not a cancelled one: nobody was answered
+                return result
 
             del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
             self.service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)

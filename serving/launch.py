@@ -20,7 +20,7 @@ from pathlib import Path
 
 from model_catalog import MODELS, Target
 from serving.runtime_choice import RuntimeChoiceError, choose_runtimes
-from serving.settings import REMOTE_REPOSITORY_SCHEMES, Settings, SettingsError
+from serving.settings import REMOTE_REPOSITORY_SCHEMES, TRITON_METRICS_PORT_VARIABLE, Settings, SettingsError
 from serving.target_runtime import require_providers
 from serving.triton_options import (
     ENVIRONMENT_VARIABLE,
@@ -29,6 +29,7 @@ from serving.triton_options import (
     render_environment,
     split_arguments,
 )
+from tritonserver_setup.readiness import free_loopback_port
 
 USAGE = "usage: python -m serving.launch TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
 
@@ -40,7 +41,8 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
         raise SettingsError(USAGE)
     target, *rest = argv
     options, serve_arguments = split_arguments(rest)
-    child_environment = dict(environment)
+    # One port for Triton's metrics, chosen here: `bentoml serve` starts tritonserver with it, every API worker reads it.
+    child_environment = dict(environment, **{TRITON_METRICS_PORT_VARIABLE: str(free_loopback_port())})
     if options:
         inherited = parse_environment(environment.get(ENVIRONMENT_VARIABLE, ""))
         child_environment[ENVIRONMENT_VARIABLE] = render_environment(inherited + options)

@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from model_catalog import MODELS, Capability, ModelDescription
 from serving.errors import CapabilityNotSupported, ModelLoadFailed, ModelUnavailable, UnknownModel
+from serving.metrics import MODEL_DISCOVERIES
 from serving.protocol import ModelInfo, ModelsResponse, RepositoryEntry
 from serving.triton_models import ServedModel, discover_models
 
@@ -85,6 +86,7 @@ class ModelRegistry:
                 self._discovery = asyncio.ensure_future(self._discover())
                 self._discovery.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
                 self._discoveries_started += 1
+                MODEL_DISCOVERIES.inc()
             number, discovery = self._discoveries_started, self._discovery
             # shielded: a cancelled request (its deadline) must not cancel the look-up others wait on
             served = await asyncio.shield(discovery)

@@ -151,6 +151,9 @@ RUNTIME = Setting(
     "this machine at start-up), one of onnxruntime, onnxruntime-fused, torchscript, openvino for every model, or "
     "model=runtime items separated by commas (megamolbart=openvino: its encoder and its decoder)",
 )
+TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
+"""Internal, not a setting: the loopback port of Triton's metrics, chosen once by serving.launch, so that the
+`bentoml serve` process that starts tritonserver and every API worker that scrapes it agree."""
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
     MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME,
@@ -177,6 +180,8 @@ class Settings:
     runtimes: dict[str, Runtime] = field(default_factory=dict)
     """Catalog names whose graphs (encoder, and decoder where it has one) run on the runtime given; the others on the
     fastest measured."""
+    triton_metrics_port: int | None = None
+    """Triton's metrics on 127.0.0.1 at this port; None (a start without serving.launch): Triton's metrics off."""
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
@@ -208,6 +213,7 @@ class Settings:
                 ADMIN_TOKEN, _admin_token, f"at least {MIN_ADMIN_TOKEN_LENGTH} printable characters without spaces"
             ),
             runtimes=read(RUNTIME, _runtimes, "auto, a runtime, or model=runtime items"),
+            triton_metrics_port=_triton_metrics_port(environment.get(TRITON_METRICS_PORT_VARIABLE, "")),
         )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:
@@ -225,6 +231,8 @@ class Settings:
     def triton_arguments(self) -> list[str]:
         """tritonserver arguments for the runner's `cli_args` (it adds the repository, port and loopback address)."""
         arguments = ["--allow-metrics=false"]
+        if self.triton_metrics_port is not None:  # loopback only: the service's GET /metrics carries them
+            arguments = ["--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={self.triton_metrics_port}"]
         if self.target is not Target.CPU:
             arguments.append(f"--model-config-name={self.target.value}")
         # Triton loads and unloads models once started only under explicit model control (BIONEMO_MODELS, the admin
@@ -244,6 +252,15 @@ class Settings:
         if self.api_workers is not None:
             arguments += ["--api-workers", str(self.api_workers)]
         return arguments
+
+
+def _triton_metrics_port(raw: str) -> int | None:
+    if not raw:
+        return None
+    try:
+        return _integer(raw, 1, 65535)
+    except ValueError:
+        raise SettingsError(f"{TRITON_METRICS_PORT_VARIABLE}={raw!r}: expected a port number from 1 to 65535") from None
 
 
 def _positive_seconds(raw: str) -> float:

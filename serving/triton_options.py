@@ -29,6 +29,8 @@ _ENDPOINT_KEYS = frozenset(
     }
 )  # fmt: skip
 _LOOPBACK_ONLY_KEYS = frozenset({"metrics-address"})
+# The service runs Triton's metrics on a free 127.0.0.1 port and merges them into its own GET /metrics.
+_METRICS_ENDPOINT_KEYS = frozenset({"metrics-address", "metrics-port"})
 SETTING_FOR_KEY = {
     "model-repository": "BIONEMO_MODEL_REPOSITORY",
     "model-store": "BIONEMO_MODEL_REPOSITORY",
@@ -75,6 +77,11 @@ def parse_option(text: str, source: str = FLAG) -> TritonOption:
         )
     if key in _LOOPBACK_ONLY_KEYS and not _is_loopback(value):
         raise TritonOptionError(f"{source} {text!r}: refused; tritonserver may only listen on loopback")
+    if key in _METRICS_ENDPOINT_KEYS:
+        raise TritonOptionError(
+            f"{source} {text!r}: refused; the service runs Triton's metrics on a free 127.0.0.1 port and serves them "
+            "in its own GET /metrics"
+        )
     if key in SETTING_FOR_KEY:
         raise TritonOptionError(f"{source} {text!r}: refused; set {SETTING_FOR_KEY[key]} instead")
     return TritonOption(key, value)

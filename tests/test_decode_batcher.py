@@ -64,7 +64,7 @@ class Counting:
 
 def test_requests_in_flight_share_steps_leave_when_done_and_release_their_caches() -> None:
     decoder = FakeDecoder()
-    batcher = DecodeBatcher(decoder, HIDDEN)
+    batcher = DecodeBatcher(decoder, HIDDEN, "megamolbart")
     short, long = Counting([9, 10], source_width=3), Counting([1], source_width=5)
 
     async def run() -> None:
@@ -94,7 +94,7 @@ def test_a_failed_step_fails_every_request_in_it_and_the_next_ones_still_run() -
             raise ConnectionError("Triton away")
         return np.eye(VOCAB, dtype=np.float32)[np.full(len(arrays["row_ids"]), END)]
 
-    batcher = DecodeBatcher(step, HIDDEN)
+    batcher = DecodeBatcher(step, HIDDEN, "megamolbart")
 
     async def run() -> list[object]:
         nonlocal failing
@@ -117,7 +117,7 @@ def test_a_request_that_breaks_fails_alone_and_a_gone_client_releases_its_rows()
             raise ValueError("broken decoding")
 
     decoder = FakeDecoder()
-    batcher = DecodeBatcher(decoder, HIDDEN)
+    batcher = DecodeBatcher(decoder, HIDDEN, "megamolbart")
     healthy = Counting([5], 2)
 
     async def run() -> list[object]:

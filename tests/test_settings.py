@@ -141,9 +141,27 @@ def test_malformed_or_unsafe_options_are_rejected(argv: list[str], expected: str
         split_arguments(argv)
 
 
-def test_loopback_metrics_are_allowed() -> None:
-    options, _ = split_arguments(["--triton-options", "allow-metrics=true", "--triton-options", "metrics-address=127.0.0.1"])
-    assert [option.argument() for option in options] == ["--allow-metrics=true", "--metrics-address=127.0.0.1"]
+@pytest.mark.parametrize("option", ["metrics-address=127.0.0.1", "metrics-port=8002"])
+def test_triton_metrics_endpoint_is_the_services(option: str) -> None:
+    with pytest.raises(TritonOptionError, match="serves them in its own GET /metrics"):
+        split_arguments(["--triton-options", option])
+
+
+def test_what_triton_measures_stays_an_option() -> None:
+    options, _ = split_arguments(["--triton-options", "allow-metrics=false", "--triton-options", "metrics-interval-ms=500"])
+    assert [option.argument() for option in options] == ["--allow-metrics=false", "--metrics-interval-ms=500"]
+
+
+def test_the_launcher_chooses_one_loopback_metrics_port_for_tritonserver_and_every_worker() -> None:
+    _, environment = serve_command(["service:svc"], {})
+    port = int(environment["BIONEMO_TRITON_METRICS_PORT"])
+    settings = Settings.from_environment(environment)
+    assert settings.triton_metrics_port == port
+    assert settings.triton_arguments() == [
+        "--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={port}",
+    ]  # fmt: skip
+    with pytest.raises(SettingsError, match="BIONEMO_TRITON_METRICS_PORT='0': expected a port number"):
+        Settings.from_environment({"BIONEMO_TRITON_METRICS_PORT": "0"})
 
 
 def test_environment_form_round_trips() -> None:

@@ -1,0 +1,172 @@
+"""The service's Prometheus metrics, and Triton's merged into the same GET /metrics.
+
+Every family of the service is defined here and recorded where the value is
+known: requests, statuses and latency where endpoints are registered
+(serving/http_io.py), sequences, tokens and padding in the encoder engine,
+rows per decoder step in the decode batcher, requests in flight in admission,
+Triton look-ups in the model registry. So every front over the engine (REST,
+OpenAI's /v1, others) is counted the same way.
+
+BentoML answers GET /metrics from prometheus_client's multiprocess registry:
+each API worker writes its values to files under PROMETHEUS_MULTIPROC_DIR,
+set before the worker imports service.py, and a scrape adds them up over the
+workers. Triton's own families are fetched from its loopback metrics port by
+the worker that answers the scrape and appended to BentoML's answer, so they
+appear once per scrape whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import aiohttp
+from prometheus_client import Counter, Gauge, Histogram
+
+from model_catalog import MODELS
+from serving.errors import ERROR_TYPES, ServiceError, http_status
+
+REQUESTS = Counter(
+    "bionemo_requests", "Requests answered, by endpoint, model and status class (2xx, 4xx, 5xx)",
+    ["endpoint", "model", "status_class"],
+)  # fmt: skip
+REQUEST_ERRORS = Counter(
+    "bionemo_request_errors",
+    "Requests answered with an error, by status and the error's type (overloaded, deadline_exceeded, payload_too_large "
+    "are the admission's rejections)",
+    ["endpoint", "model", "status", "error"],
+)
+REQUEST_DURATION = Histogram(
+    "bionemo_request_duration_seconds",
+    "Seconds from the parsed request to its answer (admission, tokenizing, Triton, decoding), by endpoint and model",
+    ["endpoint", "model"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+)
+IN_FLIGHT = Gauge(
+    "bionemo_in_flight_requests", "Requests admitted and not yet answered, over the API workers", multiprocess_mode="livesum"
+)
+ENCODER_SEQUENCES = Histogram(
+    "bionemo_encoder_request_sequences", "Sequences (or SMILES) one request sends to a model's encoder", ["model"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)  # fmt: skip
+ENCODER_TOKENS = Histogram(
+    "bionemo_encoder_request_tokens", "Tokens one request's sequences make, special tokens included, padding not",
+    ["model"], buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
+)  # fmt: skip
+ENCODER_BATCH_TOKENS = Counter(
+    "bionemo_encoder_batch_tokens", "Token positions sent to Triton's encoders, padding included", ["model"]
+)
+ENCODER_PADDING_TOKENS = Counter(
+    "bionemo_encoder_padding_tokens", "Padding positions among those sent to Triton's encoders", ["model"]
+)
+DECODER_STEP_ROWS = Histogram(
+    "bionemo_decoder_step_rows", "Rows (samples and beams of every request in flight) in one decoder step", ["model"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)  # fmt: skip
+MODEL_DISCOVERIES = Counter(
+    "bionemo_model_discoveries", "Look-ups of the models Triton serves (at start, after a failed call, for GET /models)"
+)
+
+TRITON_FETCH_TIMEOUT_S = 0.5
+"""How long a scrape waits for Triton's metrics; past it the answer has the service's own and `up` 0."""
+
+
+def model_label(parsed: Any, default: str) -> str:
+    """The catalogued model a request names (its `model` field), else `default`: never a client's free text."""
+    name = getattr(parsed, "model", None)
+    return name if name in MODELS else default
+
+
+def record_request(endpoint: str, model: str, failure: Exception | None, seconds: float) -> None:
+    """One answered request and how long it took: a success without `failure`; a `ServiceError` has its status, any
+    other exception is a bug, answered 500."""
+    if failure is None:
+        status, error = 200, None
+    elif isinstance(failure, ServiceError):
+        status, error = http_status(failure), ERROR_TYPES[type(failure)]
+    else:
+        status, error = 500, "internal"
+    REQUESTS.labels(endpoint, model, f"{status // 100}xx").inc()
+    if error is not None:
+        REQUEST_ERRORS.labels(endpoint, model, str(status), error).inc()
+    REQUEST_DURATION.labels(endpoint, model).observe(seconds)
+
+
+def record_encoder_batches(model: str, tokens_per_row: list[int], positions_sent: int) -> None:
+    """One request's rows for `model`'s encoder: their real tokens, and the positions sent with the buckets' padding."""
+    tokens = sum(tokens_per_row)
+    ENCODER_SEQUENCES.labels(model).observe(len(tokens_per_row))
+    ENCODER_TOKENS.labels(model).observe(tokens)
+    ENCODER_BATCH_TOKENS.labels(model).inc(positions_sent)
+    ENCODER_PADDING_TOKENS.labels(model).inc(positions_sent - tokens)
+
+
+def triton_gauges(up: bool, seconds: float) -> bytes:
+    """The families that say whether this scrape got Triton's metrics, and how long it waited for them."""
+    return (
+        "# HELP bionemo_triton_metrics_up Whether this scrape got Triton's metrics (0: Triton did not answer in time)\n"
+        "# TYPE bionemo_triton_metrics_up gauge\n"
+        f"bionemo_triton_metrics_up {int(up)}\n"
+        "# HELP bionemo_triton_metrics_fetch_seconds Seconds this scrape waited for Triton's metrics\n"
+        "# TYPE bionemo_triton_metrics_fetch_seconds gauge\n"
+        f"bionemo_triton_metrics_fetch_seconds {seconds:.6f}\n"
+    ).encode()
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+
+class MergeTritonMetrics:
+    """ASGI middleware: BentoML's GET /metrics answer, followed by Triton's families fetched by this worker.
+
+    `port` is Triton's metrics port on 127.0.0.1 (None where Triton runs without metrics). Triton's answer is awaited
+    at most TRITON_FETCH_TIMEOUT_S; without it the scrape still answers 200 with the service's families.
+    """
+
+    def __init__(self, app: ASGIApp, port: int | None) -> None:
+        self.app = app
+        self.url = f"http://127.0.0.1:{port}/metrics" if port is not None else None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http" or scope["path"] != "/metrics" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        triton = asyncio.ensure_future(self._fetch_triton())  # while BentoML collects the workers' files
+        messages: list[Message] = []
+
+        async def keep(message: Message) -> None:
+            messages.append(message)
+
+        try:
+            await self.app(scope, receive, keep)
+        finally:
+            triton_text = await triton
+        start, *bodies = messages
+        if start["status"] != 200:
+            for message in messages:
+                await send(message)
+            return
+        body = b"".join(message.get("body", b"") for message in bodies) + triton_text
+        headers = [(name, value) for name, value in start["headers"] if name.lower() != b"content-length"]
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _fetch_triton(self) -> bytes:
+        """Triton's families and the gauges saying it answered; the gauges alone when it did not, in time."""
+        started = time.perf_counter()
+        if self.url is None:
+            return triton_gauges(False, 0.0)
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRITON_FETCH_TIMEOUT_S))
+        try:
+            async with self._session.get(self.url) as response:
+                response.raise_for_status()
+                text = await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return triton_gauges(False, time.perf_counter() - started)
+        return text.rstrip(b"\n") + b"\n" + triton_gauges(True, time.perf_counter() - started)
