@@ -1,15 +1,20 @@
-"""deploy/kubernetes.yaml: valid Kubernetes objects, checked offline, wired the way the service needs."""
+"""deploy/: valid Kubernetes objects, ServiceMonitor and Grafana dashboard, checked offline, wired the way the service needs."""
 
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
+import promql_parser
 import pytest
 import yaml
+from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
 
 from model_catalog import Target
 from serving.settings import Settings
@@ -115,3 +120,93 @@ def test_the_pod_settings_are_valid_service_settings() -> None:
     settings = Settings.from_environment({**environment, "BIONEMO_HOST": "0.0.0.0"})  # the image's BIONEMO_HOST
     assert settings.target is Target.GPU and settings.models == ("esm2nv", "megamolbart")
     assert settings.port == CONTAINER["ports"][0]["containerPort"]
+
+
+def test_pods_tell_prometheus_to_scrape_the_service_port() -> None:
+    annotations = POD["metadata"]["annotations"]
+    (port,) = CONTAINER["ports"]
+    assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(port["containerPort"]), "prometheus.io/path": "/metrics"}
+
+
+SERVICE_MONITOR_FILE = MANIFEST.parent / "servicemonitor.yaml"
+SERVICE_MONITOR: Document = yaml.safe_load(SERVICE_MONITOR_FILE.read_text())
+
+
+def strict(schema: Any) -> Any:
+    """The schema with every object closed to fields it does not name, as the API server's structural schema is."""
+    if isinstance(schema, dict):
+        schema = {key: strict(value) for key, value in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [strict(item) for item in schema]
+    return schema
+
+
+def validate_service_monitor(document: Document) -> None:
+    """Against the ServiceMonitor CRD of the Prometheus Operator (v0.80), as cloudcoil's models generate it from the
+    CRD's OpenAPI schema; strict, as `test_document_matches_the_kubernetes_schema` is for the built-in kinds."""
+    schema = strict(ServiceMonitor.model_json_schema(by_alias=True))
+    jsonschema.validate(document, schema)
+
+
+def test_the_service_monitor_matches_its_schema_and_the_validator_rejects_a_misspelling() -> None:
+    validate_service_monitor(SERVICE_MONITOR)
+    broken = copy.deepcopy(SERVICE_MONITOR)
+    broken["spec"]["endpoints"][0]["scrape_timeout"] = broken["spec"]["endpoints"][0].pop("scrapeTimeout")
+    with pytest.raises(jsonschema.ValidationError, match="scrape_timeout"):
+        validate_service_monitor(broken)
+
+
+def test_the_service_monitor_scrapes_the_service_port_of_the_pods() -> None:
+    (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
+    service = BY_KIND["Service"]
+    assert SERVICE_MONITOR["apiVersion"] == "monitoring.coreos.com/v1" and SERVICE_MONITOR["kind"] == "ServiceMonitor"
+    assert SERVICE_MONITOR["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]} and endpoint["path"] == "/metrics"
+
+
+DASHBOARD = MANIFEST.parent / "grafana-dashboard.json"
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$job": "bionemo"}
+"""Grafana's variables in the queries, replaced by what Grafana would put there before PromQL sees them."""
+
+
+def dashboard_queries() -> list[str]:
+    """The PromQL of every panel's targets, and of the dashboard's query variables, as Prometheus would get it."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    queries += [variable["definition"] for variable in dashboard["templating"]["list"] if variable["type"] == "query"]
+    for variable, value in GRAFANA_VARIABLES.items():
+        queries = [query.replace(variable, value) for query in queries]
+    return queries
+
+
+def metric_names(query: str) -> set[str]:
+    """The metric names a PromQL query (or a Grafana `label_values(metric, label)`) selects; parsed, not pattern-matched."""
+    if label_values := re.fullmatch(r"label_values\((\w+), *\w+\)", query):
+        return {label_values[1]}
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(query), visit)
+    return names
+
+
+def test_the_dashboard_panels_are_complete_and_every_query_is_promql() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    for panel in panels:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert set(panel["gridPos"]) == {"h", "w", "x", "y"} and panel["targets"], panel["title"]
+        assert len({target["refId"] for target in panel["targets"]}) == len(panel["targets"]), panel["title"]
+    for query in dashboard_queries():
+        assert metric_names(query), query  # parses, and reads at least one metric
+    with pytest.raises(ValueError):
+        promql_parser.parse("sum by (model) (rate(bionemo_requests_total[5m])")  # the parser does refuse bad PromQL
+    titles = " ".join(panel["title"] for panel in panels).lower()
+    for needed in ("throughput", "p99", "queue", "batch fill", "rows per step", "errors by status", "in flight"):
+        assert needed in titles, needed
