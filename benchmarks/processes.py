@@ -28,6 +28,8 @@ class Server:
     command: Callable[[int], list[str]]
     ready_path: str
     environment: Callable[[int], Mapping[str, str]] = lambda port: {}
+    cwd: Path = ROOT
+    """The checkout it runs from (another one's code, for a side-by-side comparison)."""
 
 
 @dataclass
@@ -60,7 +62,7 @@ def start(server: Server, timeout: float = STARTUP_TIMEOUT_S) -> Running:
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             server.command(port),
-            cwd=ROOT,
+            cwd=server.cwd,
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,189 @@
+"""What GET /metrics costs: one scrape's time, /embed throughput with a scrape every second against none, and the
+API workers' CPU per /embed with the service's metrics against a checkout without them.
+
+    python -m benchmarks.scrape_cost [--seconds 15] [--rounds 3] [--users 4] [--requests 300] [--baseline DIR]
+
+Starts this checkout's service (as `make serve` does, on a free loopback port, with a BENTOML_HOME of its own:
+BentoML empties the metric files' folder under it at every start), then:
+
+1. scrape time: `--scrapes` sequential GET /metrics on the idle service (wall time, size, and the time the answering
+   worker waited for Triton's part, from `bionemo_triton_metrics_fetch_seconds`);
+2. throughput: `--users` threads send the benchmark's /embed workload (1-8 proteins of ~270 residues) back to back,
+   in alternating windows of `--seconds` without scrapes and with one scrape a second, `--rounds` of each, so that
+   both conditions share the machine's drift;
+3. API-worker CPU per /embed: `--requests` sequential one-sequence requests, the CPU time the API workers' threads
+   spent (/proc/<pid>/task/*/schedstat) divided by the requests. With `--baseline DIR` (a checkout without the
+   metrics, e.g. `git worktree add --detach DIR <commit>`) its service runs beside this one on the same model
+   repository and both are measured in alternating blocks of 50 requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+from benchmarks import processes
+from benchmarks.contenders.this_service import SERVICE
+from benchmarks.processes import Running, Server
+from benchmarks.workload import MODEL, embed_request
+
+PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
+BLOCK = 50
+"""Sequential requests per service before the other one's turn, in the CPU comparison."""
+API_WORKER = "bentoml_cli.worker.http_api_server"
+
+
+def service_from(checkout: Path, home: str) -> Server:
+    """The service of `checkout` (its own code, this checkout's model repository), with its own BENTOML_HOME."""
+    return Server(
+        name=f"service ({checkout.name})",
+        command=SERVICE.command,
+        ready_path=SERVICE.ready_path,
+        environment=lambda port: {**SERVICE.environment(port), "BENTOML_HOME": home},
+        cwd=checkout,
+    )
+
+
+def api_workers(running: Running) -> list[psutil.Process]:
+    workers = [process for process in running.descendants if API_WORKER in " ".join(process.cmdline())]
+    if not workers:
+        raise LookupError(f"no API worker among the service's processes:\n{running.log_tail()}")
+    return workers
+
+
+def cpu_seconds(workers: list[psutil.Process]) -> float:
+    """CPU time of every thread of `workers` so far (schedstat's first field, in nanoseconds)."""
+    total = 0
+    for worker in workers:
+        for task in Path(f"/proc/{worker.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended between the listing and the read
+    return total / 1e9
+
+
+def scrape(session: requests.Session, url: str) -> tuple[float, int, float]:
+    """One GET /metrics: wall seconds, bytes, and the seconds the worker waited for Triton's part."""
+    started = time.perf_counter()
+    answer = session.get(f"{url}/metrics", timeout=30)
+    seconds = time.perf_counter() - started
+    answer.raise_for_status()
+    waited = re.search(r"^bionemo_triton_metrics_fetch_seconds (\S+)$", answer.text, re.MULTILINE)
+    return seconds, len(answer.content), float(waited[1]) if waited else float("nan")
+
+
+def throughput(url: str, users: int, seconds: float, scraping: bool) -> tuple[float, float]:
+    """Requests and sequences answered per second by `users` threads sending /embed for `seconds`."""
+    stopping = threading.Event()
+    answered = [0, 0]
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def user(seed: int) -> None:
+        rng, session = random.Random(seed), requests.Session()
+        while not stopping.is_set():
+            request = embed_request(rng)
+            response = session.post(f"{url}/embed", json=request.body, timeout=300)
+            if response.status_code != 200:
+                errors.append(f"{response.status_code}: {response.text[:200]}")
+            elif not stopping.is_set():
+                with lock:
+                    answered[0] += 1
+                    answered[1] += len(request.sequences)
+
+    def scraper() -> None:
+        session = requests.Session()
+        while not stopping.wait(1.0):
+            scrape(session, url)
+
+    threads = [threading.Thread(target=user, args=(seed,)) for seed in range(users)]
+    threads += [threading.Thread(target=scraper)] if scraping else []
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stopping.set()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} /embed errors, e.g. {errors[0]}")
+    return answered[0] / seconds, answered[1] / seconds
+
+
+def cpu_per_request(services: dict[str, Running], requests_per_service: int) -> dict[str, float]:
+    """API-worker CPU milliseconds per sequential one-sequence /embed, the services taking turns in blocks."""
+    sessions = {name: requests.Session() for name in services}
+    spent = dict.fromkeys(services, 0.0)
+    body = {"sequences": [PROTEIN], "model": MODEL}
+    for name, running in services.items():  # warm-up
+        for _ in range(10):
+            sessions[name].post(f"{running.url}/embed", json=body, timeout=60).raise_for_status()
+    for _ in range(requests_per_service // BLOCK):
+        for name, running in services.items():
+            workers = api_workers(running)
+            before = cpu_seconds(workers)
+            for _ in range(BLOCK):
+                sessions[name].post(f"{running.url}/embed", json=body, timeout=60).raise_for_status()
+            spent[name] += cpu_seconds(workers) - before
+    return {name: 1000 * seconds / (requests_per_service // BLOCK * BLOCK) for name, seconds in spent.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=15, help="seconds per throughput window")
+    parser.add_argument("--rounds", type=int, default=3, help="windows of each condition, alternating")
+    parser.add_argument("--users", type=int, default=4, help="concurrent /embed clients")
+    parser.add_argument("--scrapes", type=int, default=50, help="sequential scrapes timed on the idle service")
+    parser.add_argument("--requests", type=int, default=300, help="sequential /embed per service for the CPU figure")
+    parser.add_argument("--baseline", type=Path, help="a checkout without the metrics, measured beside this one")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="bentoml-home-") as home, tempfile.TemporaryDirectory() as baseline_home:
+        services = {"metrics": processes.start(service_from(processes.ROOT, home))}
+        try:
+            if args.baseline is not None:
+                services["baseline"] = processes.start(service_from(args.baseline.resolve(), baseline_home))
+            url = services["metrics"].url
+            session = requests.Session()
+            for _ in range(3):
+                session.post(f"{url}/embed", json={"sequences": [PROTEIN]}, timeout=60).raise_for_status()
+            scrapes = [scrape(session, url) for _ in range(args.scrapes)]
+            wall, size, waited = (sorted(values) for values in zip(*scrapes))
+            print(f"scrape: median {1000 * statistics.median(wall):.1f} ms, p95 {1000 * wall[int(0.95 * len(wall))]:.1f} ms "
+                  f"({args.scrapes} on the idle service; {statistics.median(size) / 1024:.0f} KiB; "
+                  f"Triton's part waited for: median {1000 * statistics.median(waited):.1f} ms)")
+
+            throughput(url, args.users, args.seconds / 3, scraping=False)  # warm-up: Triton's batches, the buckets' shapes
+            rates: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+            for _ in range(args.rounds):
+                for scraping in (False, True):
+                    rates[scraping].append(throughput(url, args.users, args.seconds, scraping))
+                    print(f"  {'scrape every 1 s' if scraping else 'no scrapes      '}: "
+                          f"{rates[scraping][-1][0]:.2f} req/s, {rates[scraping][-1][1]:.2f} seq/s", flush=True)
+            print(f"/embed at {args.users} users, {args.rounds} x {args.seconds:g} s windows of each, alternating:")
+            for scraping, label in ((False, "no scrapes"), (True, "a scrape every second")):
+                print(f"  {label:22}: median {statistics.median(r for r, _ in rates[scraping]):.2f} req/s, "
+                      f"{statistics.median(s for _, s in rates[scraping]):.2f} seq/s")
+
+            per_request = cpu_per_request(services, args.requests)
+            print(f"API-worker CPU per sequential one-sequence /embed ({args.requests} each, blocks of {BLOCK}):")
+            for name, milliseconds in per_request.items():
+                print(f"  {name:8}: {milliseconds:.3f} ms")
+        finally:
+            for running in services.values():
+                processes.stop(running)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
