@@ -13,8 +13,8 @@ BentoML empties the metric files' folder under it at every start), then:
    both conditions share the machine's drift;
 3. API-worker CPU per /embed: `--requests` sequential one-sequence requests, the CPU time the API workers' threads
    spent (/proc/<pid>/task/*/schedstat) divided by the requests. With `--baseline DIR` (a checkout without the
-   metrics, e.g. `git worktree add --detach DIR <commit>`) its service runs beside this one on the same model
-   repository and both are measured in alternating blocks of 50 requests.
+   metrics, e.g. `git worktree add --detach DIR <commit>`) its service is measured the same way first, alone, on
+   this checkout's model repository.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ from benchmarks.processes import Running, Server
 from benchmarks.workload import MODEL, embed_request
 
 PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
-BLOCK = 50
-"""Sequential requests per service before the other one's turn, in the CPU comparison."""
 API_WORKER = "bentoml_cli.worker.http_api_server"
 
 
@@ -120,22 +118,16 @@ def throughput(url: str, users: int, seconds: float, scraping: bool) -> tuple[fl
     return answered[0] / seconds, answered[1] / seconds
 
 
-def cpu_per_request(services: dict[str, Running], requests_per_service: int) -> dict[str, float]:
-    """API-worker CPU milliseconds per sequential one-sequence /embed, the services taking turns in blocks."""
-    sessions = {name: requests.Session() for name in services}
-    spent = dict.fromkeys(services, 0.0)
+def cpu_per_request(running: Running, requests_per_service: int) -> float:
+    """API-worker CPU milliseconds per sequential one-sequence /embed, after a warm-up of 10."""
+    session, workers = requests.Session(), api_workers(running)
     body = {"sequences": [PROTEIN], "model": MODEL}
-    for name, running in services.items():  # warm-up
-        for _ in range(10):
-            sessions[name].post(f"{running.url}/embed", json=body, timeout=60).raise_for_status()
-    for _ in range(requests_per_service // BLOCK):
-        for name, running in services.items():
-            workers = api_workers(running)
-            before = cpu_seconds(workers)
-            for _ in range(BLOCK):
-                sessions[name].post(f"{running.url}/embed", json=body, timeout=60).raise_for_status()
-            spent[name] += cpu_seconds(workers) - before
-    return {name: 1000 * seconds / (requests_per_service // BLOCK * BLOCK) for name, seconds in spent.items()}
+    for _ in range(10):
+        session.post(f"{running.url}/embed", json=body, timeout=60).raise_for_status()
+    before = cpu_seconds(workers)
+    for _ in range(requests_per_service):
+        session.post(f"{running.url}/embed", json=body, timeout=60).raise_for_status()
+    return 1000 * (cpu_seconds(workers) - before) / requests_per_service
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,12 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="a checkout without the metrics, measured beside this one")
     args = parser.parse_args(argv)
 
-    with tempfile.TemporaryDirectory(prefix="bentoml-home-") as home, tempfile.TemporaryDirectory() as baseline_home:
-        services = {"metrics": processes.start(service_from(processes.ROOT, home))}
+    cpu: dict[str, float] = {}
+    if args.baseline is not None:  # first, and alone: one service at a time on a shared machine
+        with tempfile.TemporaryDirectory(prefix="bentoml-home-") as home:
+            baseline = processes.start(service_from(args.baseline.resolve(), home))
+            try:
+                cpu["baseline"] = cpu_per_request(baseline, args.requests)
+            finally:
+                processes.stop(baseline)
+    with tempfile.TemporaryDirectory(prefix="bentoml-home-") as home:
+        running = processes.start(service_from(processes.ROOT, home))
         try:
-            if args.baseline is not None:
-                services["baseline"] = processes.start(service_from(args.baseline.resolve(), baseline_home))
-            url = services["metrics"].url
+            url = running.url
             session = requests.Session()
             for _ in range(3):
                 session.post(f"{url}/embed", json={"sequences": [PROTEIN]}, timeout=60).raise_for_status()
@@ -174,14 +172,12 @@ def main(argv: list[str] | None = None) -> int:
             for scraping, label in ((False, "no scrapes"), (True, "a scrape every second")):
                 print(f"  {label:22}: median {statistics.median(r for r, _ in rates[scraping]):.2f} req/s, "
                       f"{statistics.median(s for _, s in rates[scraping]):.2f} seq/s")
-
-            per_request = cpu_per_request(services, args.requests)
-            print(f"API-worker CPU per sequential one-sequence /embed ({args.requests} each, blocks of {BLOCK}):")
-            for name, milliseconds in per_request.items():
-                print(f"  {name:8}: {milliseconds:.3f} ms")
+            cpu["metrics"] = cpu_per_request(running, args.requests)
         finally:
-            for running in services.values():
-                processes.stop(running)
+            processes.stop(running)
+    print(f"API-worker CPU per sequential one-sequence /embed ({args.requests} requests, after 10 unmeasured):")
+    for name, milliseconds in cpu.items():
+        print(f"  {name:8}: {milliseconds:.3f} ms")
     return 0
 
 
