@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
@@ -24,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import RunningService, start_launcher, stop_service
 from test_deploy_manifests import dashboard_queries, metric_names
+from test_faults_e2e import tritonserver
 
 RESIDUES = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
 SHORT = "MKTAYIAKQR"  # 10 residues: <cls> + 10 + <eos> = 12 tokens, the 16-token bucket
@@ -61,15 +61,6 @@ def triton_statistics(service: RunningService, model: str) -> tuple[int, int, in
     statistics = tritonclient.http.InferenceServerClient(service.triton_url).get_inference_statistics(model)
     (entry,) = statistics["model_stats"]
     return entry["inference_stats"]["success"]["count"], entry["inference_count"], entry["execution_count"]
-
-
-def tritonserver(service: RunningService) -> psutil.Process:
-    (process,) = [
-        child
-        for child in psutil.Process(service.process.pid).children(recursive=True)
-        if Path(child.cmdline()[0]).name == "tritonserver"
-    ]
-    return process
 
 
 def post(service: RunningService, path: str, body: object) -> int:
