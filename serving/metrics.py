@@ -130,7 +130,9 @@ def triton_gauges(up: bool, seconds: float) -> bytes:
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class MergeTritonMetrics:
@@ -143,9 +145,8 @@ class MergeTritonMetrics:
     def __init__(self, app: ASGIApp, port: int | None) -> None:
         self.app = app
         self.url = f"http://127.0.0.1:{port}/metrics" if port is not None else None
-        self._session: aiohttp.ClientSession | None = None
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/metrics" or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
@@ -174,12 +175,11 @@ class MergeTritonMetrics:
         started = time.perf_counter()
         if self.url is None:
             return triton_gauges(False, 0.0)
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRITON_FETCH_TIMEOUT_S))
-        try:
-            async with self._session.get(self.url) as response:
-                response.raise_for_status()
-                text = await response.read()
+        try:  # a session per scrape (one every few seconds at most): nothing is left open when the worker stops
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRITON_FETCH_TIMEOUT_S)) as session:
+                async with session.get(self.url) as response:
+                    response.raise_for_status()
+                    text = await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return triton_gauges(False, time.perf_counter() - started)
         return text.rstrip(b"\n") + b"\n" + triton_gauges(True, time.perf_counter() - started)
