@@ -134,8 +134,8 @@ def test_a_scrape_counts_what_was_served_exactly(metered: RunningService) -> Non
     assert "bionemo_model_discoveries_total" in {name for name, _ in after}
 
 
-def test_triton_families_come_once_per_scrape_whichever_worker_answers(metered: RunningService) -> None:
-    for _ in range(6):  # two workers: each answers some of these
+def test_triton_families_come_once_per_scrape_with_two_api_workers(metered: RunningService) -> None:
+    for _ in range(6):  # each answered by one of the two workers (which one, the kernel decides)
         text, _ = scrape(metered)
         declared = Counter(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
         assert declared["nv_inference_request_success"] == 1 and declared["bionemo_in_flight_requests"] == 1
