@@ -7,13 +7,17 @@ Run with `make serve`, or `python -m serving.launch service:svc` with
 
 from __future__ import annotations
 
+import serving.bentoml_grpc_stubs  # noqa: F401  (first: BentoML's gRPC stubs for protobuf 6)
+
 import bentoml
 import numpy as np
 
 from model_catalog import MODELS
+from serving import bionemo_grpc
 from serving.admission import Admission
 from serving.encoding import EncoderEngine
 from serving.generation import MoleculeGenerator
+from serving.grpc_front import ServiceErrorInterceptor
 from serving.http_io import (
     AdminJSON,
     AdminNoInput,
@@ -52,10 +56,13 @@ triton = bentoml.triton.Runner(
 # The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
-endpoint = Endpoints(svc, Admission(settings.max_in_flight, settings.request_timeout_s))
+svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed errors as gRPC codes
+admission = Admission(settings.max_in_flight, settings.request_timeout_s)
+endpoint = Endpoints(svc, admission)
 registry = ModelRegistry(triton)
 engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
+bionemo_grpc.mount(svc, engine, generator, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services
 
 
 @endpoint("/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))

@@ -1,4 +1,4 @@
-"""Fixtures that start the real stack: `bentoml serve` with the real tritonserver behind it."""
+"""Fixtures that start the real stack: `bentoml serve` (or `serve-grpc`) with the real tritonserver behind it."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import psutil
 import pytest
 import tritonclient.http
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from model_catalog import MODELS
 from reference import CHECKPOINTS
@@ -27,6 +30,7 @@ STARTUP_TIMEOUT_S = 180
 @dataclass(frozen=True)
 class RunningService:
     url: str
+    """http://127.0.0.1:PORT, or 127.0.0.1:PORT for `serve-grpc`."""
     process: subprocess.Popen
     log_path: Path
     children: list[psutil.Process] = field(default_factory=list)
@@ -64,22 +68,46 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     process.wait()
 
 
-def start_service(command: list[str], cwd: Path, environment: dict[str, str]) -> RunningService:
-    """Start `command` (a launcher of `bentoml serve`) in its own process group; wait for /readyz.
+def wait_until_serving(address: str, process: subprocess.Popen, timeout: float) -> None:
+    """Ask the gRPC health service at `address` until it answers SERVING (after Triton is ready); raise
+    `ReadinessTimeout` if `process` exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ReadinessTimeout(f"bentoml serve-grpc exited with status {process.returncode} before it was ready")
+            try:
+                if check(health_pb2.HealthCheckRequest(), timeout=2).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.25)
+    raise ReadinessTimeout(f"bentoml serve-grpc not SERVING at {address} within {timeout:.0f} s")
 
-    `environment` adds to this process's; the port is a free loopback port.
+
+def start_service(command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False) -> RunningService:
+    """Start `command` (a launcher of `bentoml serve`, or of `serve-grpc` with `grpc`) in its own process group;
+    wait for /readyz (gRPC: the health service's SERVING).
+
+    `environment` adds to this process's; the port (and the gRPC metrics port) is a free loopback port.
     """
     port = free_loopback_port()
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env.update(environment, BIONEMO_HOST="127.0.0.1", BIONEMO_PORT=str(port))
+    if grpc:
+        env["BIONEMO_GRPC_METRICS_PORT"] = str(free_loopback_port())
     log_path = Path(tempfile.mkstemp(prefix="bentoml-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    running = RunningService(f"http://127.0.0.1:{port}", process, log_path)
+    running = RunningService(f"127.0.0.1:{port}" if grpc else f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
+        if grpc:
+            wait_until_serving(running.url, process, STARTUP_TIMEOUT_S)
+        else:
+            wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
     except ReadinessTimeout as error:
         stop_process_group(process)
         pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
@@ -97,16 +125,18 @@ def stop_service(running: RunningService) -> None:
     running.log_path.unlink(missing_ok=True)
 
 
-def start_launcher(environment: dict[str, str] | None = None) -> RunningService:
-    """`python -m serving.launch service:svc` (it becomes `bentoml serve`) on the default models, with `environment`'s
-    settings: the shared service, or one a test starts for itself (other limits, or to break it)."""
+def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False) -> RunningService:
+    """`python -m serving.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
+    models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits, or to
+    break it)."""
     missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
     if missing:
         pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
     return start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"],
+        [sys.executable, "-m", "serving.launch", *(["--grpc"] if grpc else []), "service:svc"],
         ROOT,
         {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
+        grpc,
     )
 
 
