@@ -7,7 +7,8 @@ Against a running service, as before (only `EmbedUser` runs when no user class i
     .venv/bin/locust -f locustfile.py --headless -u 16 -r 16 -t 60s --host http://127.0.0.1:3000
 
 Every user class is one kind of contender of `make bench` (benchmarks/run.py), named on the command line:
-`EmbedUser` posts the service's /embed JSON (also the naive and BentoML-batching servers), `TritonEmbedUser`
+`EmbedUser` posts the service's /embed JSON (also the naive and BentoML-batching servers), `OpenAIEmbedUser`
+the same requests to its /v1/embeddings, `TritonEmbedUser`
 calls Triton's esm2nv directly (--host: the tritonserver), `PyTritonEmbedUser` the PyTriton server, and
 `GenerateUser` posts /generate to the service. Each user draws its requests from its own fixed seed.
 `--bench-results FILE` writes every request's start, latency, size and outcome as JSON when the run stops.
@@ -47,6 +48,15 @@ class EmbedUser(SeededUser, FastHttpUser):
     def embed(self) -> None:
         request = embed_request(self.rng)
         self.client.post("/embed", json=request.body, name="/embed", context=request.context())
+
+
+class OpenAIEmbedUser(SeededUser, FastHttpUser):
+    """The same requests in OpenAI's embeddings API: POST /v1/embeddings, base64, as OpenAI's client sends them."""
+
+    @task
+    def embed(self) -> None:
+        request = embed_request(self.rng)
+        self.client.post("/v1/embeddings", json=request.openai_body, name="/v1/embeddings", context=request.context())
 
 
 class TritonClientUser(SeededUser):

@@ -29,6 +29,13 @@ from serving.http_io import (
     ValidatedNdarray,
 )
 from serving.model_registry import ModelRegistry
+from serving.openai_api import (
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+    OpenAIFront,
+    OpenAIJSONOutput,
+    OpenAIModelList,
+)
 from serving.payloads import encode_arrays
 from serving.protocol import (
     AdminModelRequest,
@@ -44,8 +51,10 @@ from serving.protocol import (
     RepositoryResponse,
 )
 from serving.settings import current_settings
+from serving.tracing import trace_only_when_collected
 
 settings = current_settings()
+trace_only_when_collected()
 triton = bentoml.triton.Runner(
     "triton",
     model_repository=settings.model_repository,
@@ -63,6 +72,7 @@ registry = ModelRegistry(triton)
 engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
 bionemo_grpc.mount(svc, engine, generator, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services
+openai_front = OpenAIFront(engine, registry)
 
 
 @endpoint("/embed", ValidatedJSON(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
@@ -122,6 +132,22 @@ async def generate(request: GenerateRequest) -> GenerateResponse:
 async def models(_: None) -> ModelsResponse:
     """The served models: version, capabilities, length limit, hidden size, tokenizer."""
     return await registry.catalog()
+
+
+@endpoint(
+    "/v1/embeddings",
+    ValidatedJSON(pydantic_model=OpenAIEmbeddingRequest),
+    OpenAIJSONOutput(pydantic_model=OpenAIEmbeddingResponse),
+)
+async def openai_embeddings(request: OpenAIEmbeddingRequest) -> OpenAIEmbeddingResponse:
+    """OpenAI's embeddings API: /embed's embeddings (mean pooling) as OpenAI's clients ask and read them."""
+    return await openai_front.embeddings(request)
+
+
+@endpoint("/v1/models", NoInput(), OpenAIJSONOutput(pydantic_model=OpenAIModelList))
+async def openai_models(_: None) -> OpenAIModelList:
+    """The served models, as OpenAI's API lists them."""
+    return await openai_front.models()
 
 
 # The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.

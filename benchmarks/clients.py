@@ -7,6 +7,7 @@ answers against torch, and for the sequential one-sequence probe.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, fields
 from typing import Protocol
@@ -63,6 +64,19 @@ class HttpJsonEmbedder:
 
     def close(self) -> None:
         self.client.close()
+
+
+class OpenAIEmbedder(HttpJsonEmbedder):
+    """POST /v1/embeddings, the service's OpenAI dialect, base64 as OpenAI's client asks for it."""
+
+    def embed(self, sequences: list[str]) -> np.ndarray:
+        body = json.dumps(EmbedRequest(sequences).openai_body)
+        response = self.client.post("/v1/embeddings", body=body, headers=JSON_HEADERS)
+        content = response.read()
+        if response.status_code != 200:
+            raise RuntimeError(f"/v1/embeddings answered {response.status_code}: {content[:500]!r}")
+        data = json.loads(content)["data"]
+        return np.stack([np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in data])
 
 
 class TritonEmbedder:

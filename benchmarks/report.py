@@ -216,6 +216,29 @@ def _winners(run: Run) -> list[str]:
     return lines
 
 
+def _fronts(run: Run) -> list[str]:
+    """Each other front of the service (`service-*` /embed contenders: the OpenAI dialect, gRPC) against /embed,
+    users by users: the same requests, the same engine and Triton, so the ratio is the front's."""
+    fronts = [c.name for c in run.contenders if c.workload == "embed" and c.name.startswith(f"{SERVICE}-")]
+    lines = ["| users | /embed seq/s | " + " | ".join(f"{name} seq/s | ratio | p50 ratio" for name in fronts) + " |",
+             "|---:|---:|" + "---:|---:|---:|" * len(fronts)]  # fmt: skip
+    for users in run.args.users:
+        base = _at(run, SERVICE, users)
+        if not (base and base.sequences):
+            continue
+        cells = [str(users), f"{base.rate(base.sequences):.1f}"]
+        for name in fronts:
+            point = _at(run, name, users)
+            if point and point.sequences:
+                rate = point.rate(point.sequences)
+                ratio = rate / base.rate(base.sequences)
+                cells += [f"{rate:.1f}", f"{ratio:.2f}x", f"{point.percentile(50) / base.percentile(50):.2f}"]
+            else:
+                cells += ["–"] * 3
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines if fronts else ["No other front was measured in this run."]
+
+
 def _probe_table(run: Run) -> list[str]:
     lines = ["| contender | p50 ms | min ms | max abs difference to torch |", "|---|---:|---:|---:|"]
     for name, result in run.probes.items():
@@ -332,6 +355,13 @@ def write(path: Path, run: Run) -> None:
         f"![latency and throughput against concurrency]({picture.name})",
         "",
         *_winners(run),
+        "",
+        "## Fronts over the same engine",
+        "",
+        "The service's other fronts, sent the same /embed requests in the same run: seq/s and their ratio to /embed "
+        "(above 1: faster), p50 latency and its ratio (below 1: quicker).",
+        "",
+        *_fronts(run),
         "",
         "## The issue's targets",
         "",

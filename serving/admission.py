@@ -31,7 +31,8 @@ class Admission:
             )
         self.in_flight += 1
         try:
-            return await asyncio.wait_for(work, self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # in this task: no second task per request, as wait_for makes
+                return await work
         except TimeoutError:
             raise DeadlineExceeded.at(
                 "request", f"not answered within {self.timeout_s:g} s (BIONEMO_REQUEST_TIMEOUT_S); its work was cancelled"

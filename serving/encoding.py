@@ -37,6 +37,8 @@ class Embeddings:
     """[batch, dim] float32, in input order."""
     truncated: list[int]
     """Indices of the inputs cut to the model's limit, as the request asked."""
+    tokens: int
+    """Tokens the model read, special tokens included, summed over the inputs (not the batches' padding)."""
 
 
 @dataclass(frozen=True)
@@ -57,18 +59,22 @@ class EncoderEngine:
     async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
         return await self.registry.model(name, capability, version)
 
-    async def embed(self, request: EmbedRequest) -> Embeddings:
-        """The model (at the version used), its [batch, dim] float32 embeddings in input order, what was cut."""
+    async def embed(self, request: EmbedRequest, offers_truncation: bool = True) -> Embeddings:
+        """The model (at the version used), its [batch, dim] float32 embeddings in input order, what was cut.
+
+        `offers_truncation`: False for a front whose requests cannot ask for it (OpenAI's embeddings), so that a
+        sequence over the limit is not answered with a hint to send `truncate`.
+        """
         model = await self.model(request.model, Capability.EMBED, request.model_version)
         tokenizer = self.tokenizers[model.name]
         if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
             raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
         # The graph pools: over the residues (mean), or over <cls> alone, which is that token's state.
         at_cls = request.pooling is Pooling.CLS
-        rows = self.tokenize(model, request.sequences, truncate=request.truncate)
+        rows = self.tokenize(model, request.sequences, truncate=request.truncate if offers_truncation else None)
         vectors = np.stack(await self.run_encoder(model, rows, "embeddings", pool_at_summary=at_cls))
         vectors = l2_normalize(vectors) if request.normalize else vectors
-        return Embeddings(model, vectors, self.truncated(model, request))
+        return Embeddings(model, vectors, self.truncated(model, request), tokens=sum(len(row) for row in rows))
 
     async def hidden(self, request: HiddenRequest) -> HiddenResponse:
         model = await self.model(request.model, Capability.HIDDEN, request.model_version)

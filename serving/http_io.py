@@ -94,8 +94,14 @@ class _PublishesBentoMLSpec:
 
     `bentoml.client.Client.from_url` builds one method per API from these specs; a subclass has no registered id of
     its own (BentoML allows one class per id), so without this its spec says `"id": null` and the client skips the
-    API ("No IO descriptor spec found").
+    API ("No IO descriptor spec found"). Likewise BentoML gives every subclass no gRPC fields (BentoService/Call
+    then refuses the request's `json` or `ndarray`): each keeps those of the descriptor it extends.
     """
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        if not options.get("proto_fields"):
+            cls.proto_fields = next(vars(base)["proto_fields"] for base in cls.__mro__[1:] if vars(base).get("proto_fields"))
 
     def to_spec(self) -> dict[str, Any]:
         spec = super().to_spec()  # type: ignore[misc]
@@ -105,12 +111,6 @@ class _PublishesBentoMLSpec:
             if isinstance(vars(base).get("descriptor_id"), str)
         )
         return spec
-
-
-# The gRPC request and response fields each descriptor reads and writes, as the BentoML descriptor it extends (every
-# subclass of a BentoML descriptor starts with none).
-JSON_FIELDS = bentoml.io.JSON.proto_fields
-NDARRAY_FIELDS = bentoml.io.NumpyNdarray.proto_fields
 
 
 def _integral_numbers(value: Any) -> Any:
@@ -132,7 +132,7 @@ def _proto_json(field: struct_pb2.Value | bytes) -> bytes:
     return json.dumps(_integral_numbers(json_format.MessageToDict(field)), allow_nan=False).encode()
 
 
-class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON, proto_fields=JSON_FIELDS):
+class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
     async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
@@ -157,7 +157,7 @@ class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON, proto_fields=JSON_FI
             return validation_error(error)
 
 
-class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray, proto_fields=NDARRAY_FIELDS):
+class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray):
     """A JSON array of numbers, rectangular, finite and of the declared rank; or the `ServiceError` saying why not."""
 
     async def from_http_request(self, request: Request) -> np.ndarray | ServiceError:
@@ -192,7 +192,7 @@ class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray, proto_fie
         return array
 
 
-class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON, proto_fields=JSON_FIELDS):
+class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON):
     """For endpoints that take nothing: answers GET (and POST, which the OpenAPI document shows)."""
 
     HTTP_METHODS = ("GET", "POST")
@@ -234,20 +234,26 @@ class _AdminOnly:
         return await super().from_proto(field)  # type: ignore[misc]
 
 
-class AdminJSON(_AdminOnly, ValidatedJSON, proto_fields=JSON_FIELDS):
+class AdminJSON(_AdminOnly, ValidatedJSON):
     pass
 
 
-class AdminNoInput(_AdminOnly, NoInput, proto_fields=JSON_FIELDS):
+class AdminNoInput(_AdminOnly, NoInput):
     pass
 
 
 class _RendersErrors:
-    """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body."""
+    """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
+
+    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/openai_api.py);
+    the status is always the one of serving/errors.py.
+    """
+
+    error_shape: Callable[[ServiceError], dict[str, Any]] = staticmethod(error_body)
 
     async def to_http_response(self, obj: Any, ctx: bentoml.Context | None = None) -> Response:
         if isinstance(obj, ServiceError):
-            return JSONResponse(error_body(obj), status_code=http_status(obj), headers=error_headers(obj))
+            return JSONResponse(self.error_shape(obj), status_code=http_status(obj), headers=error_headers(obj))
         return await super().to_http_response(obj, ctx)  # type: ignore[misc]
 
     async def to_proto(self, obj: Any) -> Any:
@@ -256,7 +262,7 @@ class _RendersErrors:
         return await super().to_proto(obj)  # type: ignore[misc]
 
 
-class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON, proto_fields=JSON_FIELDS):
+class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
     """A pydantic answer serialised by pydantic itself (Rust), not BentoML's `model_dump` + `json.dumps`.
 
     The same values (exponents written e-6, not e-06) in 15 instead of 114 us for one 320-float embedding,
@@ -276,7 +282,7 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON, proto_f
         return await super().to_proto(obj)
 
 
-class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarray, proto_fields=NDARRAY_FIELDS):
+class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarray):
     pass
 
 

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import bentoml
 import numpy as np
 import pytest
 import requests
@@ -153,3 +154,13 @@ def test_without_the_admin_api_triton_itself_refuses_to_load_or_unload(service: 
 def test_the_admin_api_is_in_the_openapi_document_when_enabled(admin_service: RunningService) -> None:
     paths = requests.get(f"{admin_service.url}/docs.json", timeout=30).json()["paths"]
     assert {"/admin/repository", "/admin/load", "/admin/unload"} <= set(paths)
+
+
+def test_bentoml_client_calls_the_admin_api_with_the_token_only(admin_service: RunningService) -> None:
+    """BentoML's client builds the admin methods from /docs.json too; the token rides on its httpx client."""
+    client = bentoml.client.Client.from_url(admin_service.url)
+    with pytest.raises(bentoml.exceptions.BentoMLException, match="Error making request: 401"):
+        client.admin_repository()
+    client.client.headers["Authorization"] = ADMIN["Authorization"]
+    expected = requests.get(f"{admin_service.url}/admin/repository", headers=ADMIN, timeout=30).json()
+    assert client.admin_repository() == expected

@@ -157,7 +157,10 @@ def test_models_lists_every_served_model(service: RunningService) -> None:
 
 def test_openapi_documents_every_endpoint(service: RunningService) -> None:
     paths = requests.get(f"{service.url}/docs.json", timeout=60).json()["paths"]
-    for route in ("/embed", "/embed/ndarray", "/hidden", "/decode", "/decode/ndarray", "/generate", "/models"):
+    for route in (
+        "/embed", "/embed/ndarray", "/hidden", "/decode", "/decode/ndarray", "/generate", "/models", "/v1/embeddings",
+        "/v1/models",
+    ):
         assert route in paths
     assert "pooling" in str(paths["/embed"]) or "EmbedRequest" in str(paths["/embed"])
 

@@ -11,7 +11,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchmarks.clients import PYTRITON_MODEL, Embedder, HttpJsonEmbedder, PyTritonEmbedder, TritonEmbedder
+from benchmarks.clients import (
+    PYTRITON_MODEL,
+    Embedder,
+    HttpJsonEmbedder,
+    OpenAIEmbedder,
+    PyTritonEmbedder,
+    TritonEmbedder,
+)
 from benchmarks.contenders.this_service import SERVICE, tritonserver_url
 from benchmarks.processes import Running, Server
 from benchmarks.workload import MODEL
@@ -58,6 +65,8 @@ BENTOML = Server(
 CONTENDERS = (
     Contender("service", "this service: BentoML front, Triton python backend, the runtime timed fastest on this CPU",
               SERVICE, "EmbedUser", triton_url=tritonserver_url),
+    Contender("service-openai", "this service's OpenAI dialect: the same requests to /v1/embeddings, base64", SERVICE,
+              "OpenAIEmbedUser", client=OpenAIEmbedder, triton_url=tritonserver_url),
     Contender("direct-triton", "the same Triton model via tritonclient, tokenized and pooled client-side", SERVICE,
               "TritonEmbedUser", url=tritonserver_url, client=TritonEmbedder, triton_url=tritonserver_url),
     Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,

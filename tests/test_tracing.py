@@ -1,0 +1,40 @@
+"""serving/tracing.py: spans are made exactly when a tracing exporter would collect them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from bentoml._internal.configuration.containers import BentoMLContainer
+
+from serving.tracing import EVERY_URL, trace_only_when_collected
+
+
+@pytest.fixture
+def tracing() -> Iterator:
+    config = BentoMLContainer.config.tracing
+    saved = config.exporter_type.get(), config.excluded_urls.get()
+    yield config
+    config.exporter_type.set(saved[0])
+    config.excluded_urls.set(saved[1])
+
+
+def test_without_an_exporter_no_url_is_traced(tracing) -> None:
+    tracing.exporter_type.set(None)
+    tracing.excluded_urls.set(None)
+    trace_only_when_collected()
+    assert tracing.excluded_urls.get() == EVERY_URL
+
+
+def test_with_an_exporter_every_url_is_traced(tracing) -> None:
+    tracing.exporter_type.set("otlp")
+    tracing.excluded_urls.set(None)
+    trace_only_when_collected()
+    assert tracing.excluded_urls.get() is None
+
+
+def test_the_users_exclusions_are_kept(tracing) -> None:
+    tracing.exporter_type.set(None)
+    tracing.excluded_urls.set("/livez,/readyz")
+    trace_only_when_collected()
+    assert tracing.excluded_urls.get() == "/livez,/readyz"
