@@ -3,7 +3,8 @@
 Code generated from BioNeMo's own `.proto` files (its InferenceWrapper with `GenerativeSamplerStub`) calls these
 unchanged. Each method turns its message into the request of the matching HTTP API, validated by the same pydantic
 model (serving/protocol.py), runs it on the same engine under the same admission (in-flight bound, deadline), and
-flattens the arrays with their `dim` as BioNeMo did. Errors are the service's typed errors, answered with their gRPC
+flattens the arrays with their `dim` as BioNeMo's servers did (and, like them, answers `smis` only from
+`HiddenToSmis`). Errors are the service's typed errors, answered with their gRPC
 code by serving/grpc_front.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
 """
 
@@ -75,14 +76,13 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
         with _fields_named(self.SMILES_FIELDS):
             embed = _validated(EmbedRequest, sequences=list(request.smis), model=MEGAMOLBART)
             vectors = (await self.admission.run(self.engine.embed(embed))).vectors
-        return megamolbart_pb2.OutputSpec(smis=request.smis, embeddings=vectors.ravel().tolist(), dim=vectors.shape)
+        return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
 
     async def SmilesToHidden(self, request: megamolbart_pb2.InputSpec, context: object) -> megamolbart_pb2.OutputSpec:
         with _fields_named(self.SMILES_FIELDS):
             hidden = _validated(HiddenRequest, sequences=list(request.smis), model=MEGAMOLBART)
             encoded = await self.admission.run(_encode(self.engine, hidden, "smis"))
         return megamolbart_pb2.OutputSpec(
-            smis=request.smis,
             hidden_states=encoded.hidden_states.ravel().tolist(),
             dim=encoded.hidden_states.shape,
             masks=encoded.attention_mask.astype(bool).ravel().tolist(),
@@ -118,7 +118,7 @@ class ProteinSampler:
             hidden = _validated(HiddenRequest, sequences=list(request.seqs), model=self.model)
             encoded = await self.admission.run(_encode(self.engine, hidden, "seqs"))
         states = encoded.hidden_states
-        return self.messages.OutputSpec(seqs=request.seqs, embeddings=states.ravel().tolist(), dim=states.shape)
+        return self.messages.OutputSpec(embeddings=states.ravel().tolist(), dim=states.shape)
 
 
 class Esm1nvSampler(ProteinSampler, esm1nv_pb2_grpc.GenerativeSamplerServicer):
