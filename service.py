@@ -7,11 +7,10 @@ Run with `make serve`, or `python -m serving.launch service:svc` with
 
 from __future__ import annotations
 
-import serving.bentoml_grpc_stubs  # noqa: F401  (first: BentoML's gRPC stubs for protobuf 6)
-
 import bentoml
 import numpy as np
 
+import serving.bentoml_grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from model_catalog import MODELS
 from serving import bionemo_grpc
 from serving.admission import Admission

@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from typing import TypeVar
 
 import bentoml
+import grpc
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from model_catalog import Capability
 from serving.admission import Admission
-from serving.encoding import EncoderEngine
+from serving.encoding import Encoded, EncoderEngine
 from serving.errors import FieldProblem, InvalidRequest, ServiceError
 from serving.generation import MEGAMOLBART, MoleculeGenerator
 from serving.http_io import validation_error
@@ -72,13 +73,17 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
     def __init__(self, engine: EncoderEngine, generator: MoleculeGenerator, admission: Admission) -> None:
         self.engine, self.generator, self.admission = engine, generator, admission
 
-    async def SmilesToEmbedding(self, request: megamolbart_pb2.InputSpec, context: object) -> megamolbart_pb2.OutputSpec:
+    async def SmilesToEmbedding(
+        self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> megamolbart_pb2.OutputSpec:
         with _fields_named(self.SMILES_FIELDS):
             embed = _validated(EmbedRequest, sequences=list(request.smis), model=MEGAMOLBART)
             vectors = (await self.admission.run(self.engine.embed(embed))).vectors
         return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
 
-    async def SmilesToHidden(self, request: megamolbart_pb2.InputSpec, context: object) -> megamolbart_pb2.OutputSpec:
+    async def SmilesToHidden(
+        self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> megamolbart_pb2.OutputSpec:
         with _fields_named(self.SMILES_FIELDS):
             hidden = _validated(HiddenRequest, sequences=list(request.smis), model=MEGAMOLBART)
             encoded = await self.admission.run(_encode(self.engine, hidden, "smis"))
@@ -88,15 +93,20 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
             masks=encoded.attention_mask.astype(bool).ravel().tolist(),
         )
 
-    async def HiddenToSmis(self, request: megamolbart_pb2.InputSpec, context: object) -> megamolbart_pb2.OutputSpec:
+    async def HiddenToSmis(
+        self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> megamolbart_pb2.OutputSpec:
         with _fields_named(self.SMILES_FIELDS):
             batch, length, hidden_size = _shape(list(request.dim), 3, "hidden_states [batch, length, hidden]")
             if len(request.hidden_states) != batch * length * hidden_size:
                 raise InvalidRequest.at(
-                    "hidden_states", f"has {len(request.hidden_states)} values; dim {list(request.dim)} needs {batch * length * hidden_size}"
+                    "hidden_states",
+                    f"has {len(request.hidden_states)} values; dim {list(request.dim)} needs {batch * length * hidden_size}",
                 )
             if len(request.masks) != batch * length:
-                raise InvalidRequest.at("masks", f"has {len(request.masks)} values; dim {list(request.dim)} needs {batch * length}")
+                raise InvalidRequest.at(
+                    "masks", f"has {len(request.masks)} values; dim {list(request.dim)} needs {batch * length}"
+                )
             states = np.asarray(request.hidden_states, dtype=np.float32).reshape(batch, length, hidden_size)
             mask = np.asarray(request.masks, dtype=np.int64).reshape(batch, length)
             decode = _validated(DecodeRequest, hiddens=states.tolist(), mask=mask.tolist(), model=MEGAMOLBART)
@@ -113,7 +123,9 @@ class ProteinSampler:
     def __init__(self, model: str, engine: EncoderEngine, admission: Admission) -> None:
         self.model, self.engine, self.admission = model, engine, admission
 
-    async def SeqToEmbedding(self, request: esm1nv_pb2.InputSpec, context: object) -> esm1nv_pb2.OutputSpec:
+    async def SeqToEmbedding(
+        self, request: esm1nv_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> esm1nv_pb2.OutputSpec:
         with _fields_named({"sequences": "seqs"}):
             hidden = _validated(HiddenRequest, sequences=list(request.seqs), model=self.model)
             encoded = await self.admission.run(_encode(self.engine, hidden, "seqs"))
@@ -129,7 +141,7 @@ class ProtT5nvSampler(ProteinSampler, prott5nv_pb2_grpc.GenerativeSamplerService
     messages = prott5nv_pb2
 
 
-async def _encode(engine: EncoderEngine, request: HiddenRequest, field: str):  # noqa: ANN202 - serving.encoding.Encoded
+async def _encode(engine: EncoderEngine, request: HiddenRequest, field: str) -> Encoded:
     """The hidden states and mask of /hidden for `request`, errors naming `field`."""
     model = await engine.model(request.model, Capability.HIDDEN, request.model_version)
     return await engine.encode(model, request.sequences, field, request.truncate)

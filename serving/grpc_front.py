@@ -31,7 +31,8 @@ class GrpcErrorReply(BaseException):
 
 def invocation_metadata() -> dict[str, str]:
     """The metadata of the gRPC call being answered, keys in lower case (as gRPC sends them)."""
-    return {key.lower(): value for key, value in _current_call.get().invocation_metadata() or () if isinstance(value, str)}
+    metadata = _current_call.get().invocation_metadata() or ()
+    return {key.lower(): value for key, value in metadata if isinstance(value, str)}  # `-bin` keys hold bytes
 
 
 class ServiceErrorInterceptor(grpc.aio.ServerInterceptor):

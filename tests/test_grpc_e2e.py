@@ -12,20 +12,19 @@ import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import grpc
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
-import serving.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from bentoml.client import Client
 from conftest import ROOT, RunningService, start_launcher, stop_service
-from preprocessing.smiles import SmilesTokenizer
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from reference import TransformersReference
+
+import serving.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
+from preprocessing.smiles import SmilesTokenizer
 
 ADMIN_TOKEN = "grpc-admin-token-" + "0" * 32
 MAX_MESSAGE_BYTES = 1_000_000
@@ -96,7 +95,9 @@ def test_bentoml_client_decodes_and_generates_like_transformers(client: Client) 
     expected = [detokenizer.decode(np.asarray(ids)) for ids in reference.greedy(hiddens, mask, 12)]
     decoded = client.decode({"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 12})
     assert decoded["smiles"] == expected
-    generated = client.generate({"smiles": SMILES[:1], "num_samples": 1, "scaled_radius": 0.0, "seed": 1, "max_length": 12})
+    generated = client.generate(
+        {"smiles": SMILES[:1], "num_samples": 1, "scaled_radius": 0.0, "seed": 1, "max_length": 12}
+    )
     assert [sample["smiles"] for sample in generated["results"][0]["samples"]] == expected[:1]
     assert {model["name"] for model in client.models(None)["models"]} == {"esm1nv", "esm2nv", "prott5nv", "megamolbart"}
 
@@ -136,7 +137,10 @@ def test_admin_apis_need_the_token_in_metadata(client: Client) -> None:
 def test_health_check_answers_serving(channel: grpc.Channel) -> None:
     check = health_pb2_grpc.HealthStub(channel).Check
     for service in ("", "bentoml.grpc.v1.BentoService", "bionemo.model.molecule.megamolbart.grpc.GenerativeSampler"):
-        assert check(health_pb2.HealthCheckRequest(service=service), timeout=10).status == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
 
 
 def test_reflection_lists_bentoservice_and_bionemo_services(channel: grpc.Channel) -> None:
@@ -165,7 +169,10 @@ def bionemo_stubs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[M
     sys.path.insert(0, str(out))
     try:
         return {
-            proto.stem: (importlib.import_module(f"{proto.stem}_pb2"), importlib.import_module(f"{proto.stem}_pb2_grpc"))
+            proto.stem: (
+                importlib.import_module(f"{proto.stem}_pb2"),
+                importlib.import_module(f"{proto.stem}_pb2_grpc"),
+            )
             for proto in protos
         }
     finally:
@@ -185,7 +192,9 @@ def test_bionemo_smiles_to_hidden_to_smiles_equals_hidden_then_decode(
     expected = client.hidden({"sequences": SMILES, "model": "megamolbart"})
     np.testing.assert_allclose(states, np.asarray(expected["hiddens"]), rtol=0, atol=1e-5)
     assert (masks == np.asarray(expected["mask"], dtype=bool)).all()
-    decoded = sampler.HiddenToSmis(messages.InputSpec(hidden_states=hidden.hidden_states, dim=hidden.dim, masks=hidden.masks), timeout=60)
+    decoded = sampler.HiddenToSmis(
+        messages.InputSpec(hidden_states=hidden.hidden_states, dim=hidden.dim, masks=hidden.masks), timeout=60
+    )
     assert list(decoded.smis) == client.decode({"hiddens": expected["hiddens"], "mask": expected["mask"]})["smiles"]
 
 
@@ -203,7 +212,11 @@ def test_bionemo_smiles_to_embedding_equals_embed(
 
 @pytest.mark.parametrize(("package", "model"), [("esm1nv", "esm2nv"), ("prott5nv", "prott5nv")])
 def test_bionemo_seq_to_embedding_is_the_per_token_hidden_states(
-    channel: grpc.Channel, client: Client, bionemo_stubs: dict[str, tuple[ModuleType, ModuleType]], package: str, model: str
+    channel: grpc.Channel,
+    client: Client,
+    bionemo_stubs: dict[str, tuple[ModuleType, ModuleType]],
+    package: str,
+    model: str,
 ) -> None:
     """esm1nv's package answers with BIONEMO_ESM1NV_GRPC_MODEL (esm2nv here); zero past each sequence's tokens."""
     messages, services = bionemo_stubs[package]
@@ -212,7 +225,10 @@ def test_bionemo_seq_to_embedding_is_the_per_token_hidden_states(
     expected = client.hidden({"sequences": PROTEINS, "model": model})
     np.testing.assert_allclose(embeddings, np.asarray(expected["hiddens"]), rtol=0, atol=1e-5)
     tokens = np.asarray(expected["mask"], dtype=np.int64).sum(axis=1)
-    assert all(not embeddings[row, count:].any() for row, count in enumerate(tokens)) and tokens.min() < embeddings.shape[1]
+    assert (
+        all(not embeddings[row, count:].any() for row, count in enumerate(tokens))
+        and tokens.min() < embeddings.shape[1]
+    )
     states = TransformersReference(model).hidden_states(PROTEINS[0])
     np.testing.assert_allclose(embeddings[0, : len(states)], states, rtol=0, atol=1e-4)
 
@@ -225,13 +241,27 @@ def test_bionemo_bad_input_is_invalid_argument_naming_the_item(
     cases = [
         (sampler.SmilesToHidden, molecules.InputSpec(smis=["CCO", "C1CC"]), "smis[1]:"),
         (sampler.SmilesToEmbedding, molecules.InputSpec(), "smis:"),
-        (sampler.HiddenToSmis, molecules.InputSpec(hidden_states=[0.0] * 6, dim=[1, 2, 3], masks=[True, True]), "hidden_states[0]"),
+        (
+            sampler.HiddenToSmis,
+            molecules.InputSpec(hidden_states=[0.0] * 6, dim=[1, 2, 3], masks=[True, True]),
+            "hidden_states[0]",
+        ),
         (sampler.HiddenToSmis, molecules.InputSpec(hidden_states=[0.0] * 6, dim=[1, 2], masks=[True]), "dim:"),
-        (sampler.HiddenToSmis, molecules.InputSpec(hidden_states=[0.0] * 5, dim=[1, 1, 6], masks=[True]), "hidden_states: has 5"),
+        (
+            sampler.HiddenToSmis,
+            molecules.InputSpec(hidden_states=[0.0] * 5, dim=[1, 1, 6], masks=[True]),
+            "hidden_states: has 5",
+        ),
     ]
     for package in ("esm1nv", "prott5nv"):
         proteins, protein_services = bionemo_stubs[package]
-        cases.append((protein_services.GenerativeSamplerStub(channel).SeqToEmbedding, proteins.InputSpec(seqs=["MKT", "M1"]), "seqs[1]:"))
+        cases.append(
+            (
+                protein_services.GenerativeSamplerStub(channel).SeqToEmbedding,
+                proteins.InputSpec(seqs=["MKT", "M1"]),
+                "seqs[1]:",
+            )
+        )
     for method, message, field in cases:
         error = call_error(method, message, timeout=60)
         assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, (field, error)

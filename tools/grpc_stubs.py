@@ -27,7 +27,15 @@ BENTOML_VERSIONS = ("v1", "v1alpha1")
 
 def _protoc(include: Path, protos: list[str], out: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}", *protos],
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{include}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            *protos,
+        ],
         check=True,
     )
 
@@ -41,7 +49,9 @@ def generated_stubs() -> dict[Path, str]:
         _protoc(site, [f"bentoml/grpc/{version}/service.proto" for version in BENTOML_VERSIONS], out)
         for version in BENTOML_VERSIONS:
             for module in ("service_pb2", "service_pb2_grpc"):
-                stubs[BENTOML_STUBS / f"{version}_{module}.py"] = (out / "bentoml/grpc" / version / f"{module}.py").read_text()
+                stubs[BENTOML_STUBS / f"{version}_{module}.py"] = (
+                    out / "bentoml/grpc" / version / f"{module}.py"
+                ).read_text()
         protos = sorted(BIONEMO_PROTOS.glob("*.proto"))
         _protoc(ROOT, [str(proto.relative_to(ROOT)) for proto in protos], out)
         for proto in protos:

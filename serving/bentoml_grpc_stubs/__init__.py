@@ -6,8 +6,9 @@ It also repairs `bentoml.client.Client.from_url(url, kind="grpc")` (below).
 protobuf-3 stubs otherwise, and those import `google.protobuf.service`, which protobuf 6 no longer has (tritonclient
 2.73 needs protobuf 6). The modules here are grpcio-tools' output for BentoML's own `service.proto` of each protocol
 version (`python -m tools.grpc_stubs` writes them; tests/test_grpc_stubs.py checks they are current). Importing this
-package registers them under BentoML's module names, so it must come before anything imports BentoML's stubs:
-service.py imports it first, and so must every process that uses BentoML's gRPC client.
+package registers them under BentoML's module names, so it must come before anything imports BentoML's stubs
+(BentoML imports them lazily, at first use: `import bentoml` alone does not): service.py imports it, and so must
+every process that uses BentoML's gRPC client.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-import bentoml.grpc.v1
-import bentoml.grpc.v1alpha1
+import bentoml.grpc.v1  # noqa: F401  (both packages in sys.modules for _install)
+import bentoml.grpc.v1alpha1  # noqa: F401
 from bentoml._internal.client import grpc as grpc_client
 
 PROTOCOL_VERSIONS = ("v1", "v1alpha1")
