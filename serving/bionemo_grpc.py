@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from types import ModuleType
 from typing import TypeVar
 
 import bentoml
@@ -68,7 +69,7 @@ def _shape(dim: list[int], rank: int, field: str) -> tuple[int, ...]:
 class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
     """`bionemo.model.molecule.megamolbart.grpc.GenerativeSampler`, served by megamolbart."""
 
-    SMILES_FIELDS = {"sequences": "smis", "smiles": "smis", "hiddens": "hidden_states", "mask": "masks"}
+    SMILES_FIELDS = {"sequences": "smis", "hiddens": "hidden_states", "mask": "masks"}
 
     def __init__(self, engine: EncoderEngine, generator: MoleculeGenerator, admission: Admission) -> None:
         self.engine, self.generator, self.admission = engine, generator, admission
@@ -117,7 +118,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
 class ProteinSampler:
     """`bionemo.model.protein.<esm1nv|prott5nv>.grpc.GenerativeSampler`: per-token hidden states of `model`."""
 
-    messages = esm1nv_pb2
+    messages: ModuleType
     """The package's generated messages (esm1nv's and prott5nv's have the same fields, in packages of their own)."""
 
     def __init__(self, model: str, engine: EncoderEngine, admission: Admission) -> None:
