@@ -38,6 +38,7 @@ from model_catalog import MODELS  # noqa: E402
 DEFAULT_REPORT = ROOT / "docs" / "benchmarks.md"
 PACKAGES = ("bentoml", "nvidia-pytriton", "tritonclient", "onnxruntime", "openvino", "torch", "transformers", "locust")
 SERVICE, DIRECT, NAIVE, PYTRITON = "service", "direct-triton", "naive", "pytriton"
+SERVICE_GRPC = "service-grpc"
 SERVICE_GENERATE, NAIVE_GENERATE = "service-generate", "naive-generate"
 OTHER_CPU_WARNING = 0.1
 FEW_ANSWERED = 10
@@ -184,6 +185,16 @@ def _targets(run: Run) -> list[str]:
         share = 100 * best.rate(best.model_flops) / 1e9 / run.matmul_gflops
         basis = f"best of the sweep: {_users(best.users)}"
     rows.append(("this service's model FLOP/s at saturation, % of matmul", share, basis, ">= 50 %", (50.0).__le__))
+    ratios = [
+        (users, grpc.rate(grpc.sequences) / http.rate(http.sequences))
+        for users in run.args.users
+        if (grpc := _at(run, SERVICE_GRPC, users)) and (http := _at(run, SERVICE, users)) and http.sequences
+    ]
+    slowest, basis = None, ""
+    if ratios:
+        users, slowest = min(ratios, key=lambda pair: pair[1])
+        basis = f"lowest of {len(ratios)} concurrencies: {_users(users)}"
+    rows.append(("gRPC front / /embed over HTTP, seq/s", slowest, basis, ">= 1.0x at every concurrency", (1.0).__le__))
     top_generate = max(run.args.generate_users)
     generated, generated_by_hand = _at(run, SERVICE_GENERATE, top_generate), _at(run, NAIVE_GENERATE, top_generate)
     ratio, basis = None, ""

@@ -12,15 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import psutil
 import pytest
 import tritonclient.http
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from model_catalog import MODELS
 from reference import CHECKPOINTS
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready
+from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = ROOT / "model_repository"
@@ -68,24 +66,6 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     process.wait()
 
 
-def wait_until_serving(address: str, process: subprocess.Popen, timeout: float) -> None:
-    """Ask the gRPC health service at `address` until it answers SERVING (after Triton is ready); raise
-    `ReadinessTimeout` if `process` exits or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
-        check = health_pb2_grpc.HealthStub(channel).Check
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise ReadinessTimeout(f"bentoml serve-grpc exited with status {process.returncode} before it was ready")
-            try:
-                if check(health_pb2.HealthCheckRequest(), timeout=2).status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.25)
-    raise ReadinessTimeout(f"bentoml serve-grpc not SERVING at {address} within {timeout:.0f} s")
-
-
 def start_service(command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False) -> RunningService:
     """Start `command` (a launcher of `bentoml serve`, or of `serve-grpc` with `grpc`) in its own process group;
     wait for /readyz (gRPC: the health service's SERVING).
@@ -105,7 +85,7 @@ def start_service(command: list[str], cwd: Path, environment: dict[str, str], gr
     running = RunningService(f"127.0.0.1:{port}" if grpc else f"http://127.0.0.1:{port}", process, log_path)
     try:
         if grpc:
-            wait_until_serving(running.url, process, STARTUP_TIMEOUT_S)
+            wait_until_serving(running.url, process, STARTUP_TIMEOUT_S, "bentoml serve-grpc")
         else:
             wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
     except ReadinessTimeout as error:
