@@ -14,7 +14,7 @@ EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/*/*.py prep
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve test audit lock bench soak clean
+.PHONY: install models serve serve-grpc test audit lock bench soak clean
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -42,6 +42,10 @@ $(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
 
 serve: install models
 	$(BIN)/python -m serving.launch service:svc
+
+# BentoML's gRPC server (BentoService, BioNeMo's GenerativeSampler services, health, reflection) on the same settings.
+serve-grpc: install models
+	$(BIN)/python -m serving.launch --grpc service:svc
 
 # The audit after the tests: a new advisory fails `make test` without hiding the tests' results.
 test: install models

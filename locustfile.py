@@ -7,8 +7,10 @@ Against a running service, as before (only `EmbedUser` runs when no user class i
     .venv/bin/locust -f locustfile.py --headless -u 16 -r 16 -t 60s --host http://127.0.0.1:3000
 
 Every user class is one kind of contender of `make bench` (benchmarks/run.py), named on the command line:
-`EmbedUser` posts the service's /embed JSON (also the naive and BentoML-batching servers), `TritonEmbedUser`
-calls Triton's esm2nv directly (--host: the tritonserver), `PyTritonEmbedUser` the PyTriton server, and
+`EmbedUser` posts the service's /embed JSON (also the naive and BentoML-batching servers), `OpenAIEmbedUser`
+the same requests to its /v1/embeddings, `TritonEmbedUser`
+calls Triton's esm2nv directly (--host: the tritonserver), `GrpcEmbedUser` the service's gRPC front (--host: its
+address), `PyTritonEmbedUser` the PyTriton server, and
 `GenerateUser` posts /generate to the service. Each user draws its requests from its own fixed seed.
 `--bench-results FILE` writes every request's start, latency, size and outcome as JSON when the run stops.
 """
@@ -21,12 +23,14 @@ import random
 import time
 from typing import Any
 
+from grpc.experimental import gevent as grpc_gevent
 from locust import FastHttpUser, User, constant, events, task
 from locust.env import Environment
 
-from benchmarks.clients import Embedder, PyTritonEmbedder, TritonEmbedder
+from benchmarks.clients import Embedder, GrpcEmbedder, PyTritonEmbedder, TritonEmbedder
 from benchmarks.workload import embed_request, generate_body
 
+grpc_gevent.init_gevent()  # grpcio's blocking calls yield to locust's other users instead of holding them all up
 _user_seeds = itertools.count()
 
 
@@ -49,8 +53,18 @@ class EmbedUser(SeededUser, FastHttpUser):
         self.client.post("/embed", json=request.body, name="/embed", context=request.context())
 
 
+class OpenAIEmbedUser(SeededUser, FastHttpUser):
+    """The same requests in OpenAI's embeddings API: POST /v1/embeddings, base64, as OpenAI's client sends them."""
+
+    @task
+    def embed(self) -> None:
+        request = embed_request(self.rng)
+        self.client.post("/v1/embeddings", json=request.openai_body, name="/v1/embeddings", context=request.context())
+
+
 class TritonClientUser(SeededUser):
-    """The same requests through a tritonclient-based `Embedder`; locust is told each call's time and outcome."""
+    """The same requests through a blocking `Embedder` (tritonclient, grpcio); locust is told each call's time and
+    outcome."""
 
     abstract = True
     embedder_class: type[Embedder]
@@ -72,6 +86,10 @@ class TritonEmbedUser(TritonClientUser):
 
 class PyTritonEmbedUser(TritonClientUser):
     embedder_class = PyTritonEmbedder
+
+
+class GrpcEmbedUser(TritonClientUser):
+    embedder_class = GrpcEmbedder
 
 
 class GenerateUser(SeededUser, FastHttpUser):

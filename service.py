@@ -10,10 +10,13 @@ from __future__ import annotations
 import bentoml
 import numpy as np
 
+import serving.bentoml_grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from model_catalog import MODELS
+from serving import bionemo_grpc
 from serving.admission import Admission
 from serving.encoding import EncoderEngine
 from serving.generation import MoleculeGenerator
+from serving.grpc_front import ServiceErrorInterceptor
 from serving.http_io import (
     AdminJSON,
     AdminNoInput,
@@ -64,10 +67,13 @@ triton = bentoml.triton.Runner(
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
 svc.add_asgi_middleware(MergeTritonMetrics, port=settings.triton_metrics_port)  # Triton's families in GET /metrics
-endpoint = Endpoints(svc, Admission(settings.max_in_flight, settings.request_timeout_s))
+svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed errors as gRPC codes
+admission = Admission(settings.max_in_flight, settings.request_timeout_s)
+endpoint = Endpoints(svc, admission)
 registry = ModelRegistry(triton)
 engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
+bionemo_grpc.mount(svc, engine, generator, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services
 openai_front = OpenAIFront(engine, registry)
 
 

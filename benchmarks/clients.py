@@ -7,13 +7,16 @@ answers against torch, and for the sequential one-sequence probe.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+import grpc
 import numpy as np
 import tritonclient.http as triton_http
 from geventhttpclient import HTTPClient
+from google.protobuf import json_format, struct_pb2
 
 from benchmarks.workload import MODEL, EmbedRequest
 from model_catalog import MODELS, GraphRole
@@ -63,6 +66,40 @@ class HttpJsonEmbedder:
 
     def close(self) -> None:
         self.client.close()
+
+
+class OpenAIEmbedder(HttpJsonEmbedder):
+    """POST /v1/embeddings, the service's OpenAI dialect, base64 as OpenAI's client asks for it."""
+
+    def embed(self, sequences: list[str]) -> np.ndarray:
+        body = json.dumps(EmbedRequest(sequences).openai_body)
+        response = self.client.post("/v1/embeddings", body=body, headers=JSON_HEADERS)
+        content = response.read()
+        if response.status_code != 200:
+            raise RuntimeError(f"/v1/embeddings answered {response.status_code}: {content[:500]!r}")
+        data = json.loads(content)["data"]
+        return np.stack([np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in data])
+
+
+class GrpcEmbedder:
+    """The service's gRPC front: BentoService/Call of `embed` with the same JSON as a protobuf Value, as BentoML's
+    gRPC client sends it."""
+
+    def __init__(self, url: str) -> None:
+        import serving.bentoml_grpc_stubs  # noqa: F401  (BentoML's stubs for the protobuf installed)
+        from bentoml.grpc.v1 import service_pb2, service_pb2_grpc
+
+        self.messages = service_pb2
+        self.channel = grpc.insecure_channel(triton_address(url))
+        self.call = service_pb2_grpc.BentoServiceStub(self.channel).Call
+
+    def embed(self, sequences: list[str]) -> np.ndarray:
+        body = json_format.ParseDict(EmbedRequest(sequences).body, struct_pb2.Value())
+        answer = self.call(self.messages.Request(api_name="embed", json=body), timeout=300)
+        return np.asarray(json_format.MessageToDict(answer.json)["embeddings"], dtype=np.float32)
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 class TritonEmbedder:

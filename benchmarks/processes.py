@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready
+from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 180
@@ -30,6 +30,8 @@ class Server:
     environment: Callable[[int], Mapping[str, str]] = lambda port: {}
     cwd: Path = ROOT
     """The checkout it runs from (another one's code, for a side-by-side comparison)."""
+    grpc: bool = False
+    """A gRPC server: ready when its health service answers SERVING (`ready_path` unused)."""
 
 
 @dataclass
@@ -70,7 +72,10 @@ def start(server: Server, timeout: float = STARTUP_TIMEOUT_S) -> Running:
         )
     running = Running(server, port, process, log_path)
     try:
-        wait_until_ready(f"{running.url}{server.ready_path}", process, timeout, server.name)
+        if server.grpc:
+            wait_until_serving(f"127.0.0.1:{port}", process, timeout, server.name)
+        else:
+            wait_until_ready(f"{running.url}{server.ready_path}", process, timeout, server.name)
     except ReadinessTimeout as error:
         message = f"{error}\n--- {server.name} log (tail) ---\n{running.log_tail()}"
         stop(running)

@@ -38,6 +38,7 @@ from model_catalog import MODELS  # noqa: E402
 DEFAULT_REPORT = ROOT / "docs" / "benchmarks.md"
 PACKAGES = ("bentoml", "nvidia-pytriton", "tritonclient", "onnxruntime", "openvino", "torch", "transformers", "locust")
 SERVICE, DIRECT, NAIVE, PYTRITON = "service", "direct-triton", "naive", "pytriton"
+SERVICE_GRPC = "service-grpc"
 SERVICE_GENERATE, NAIVE_GENERATE = "service-generate", "naive-generate"
 OTHER_CPU_WARNING = 0.1
 FEW_ANSWERED = 10
@@ -184,6 +185,16 @@ def _targets(run: Run) -> list[str]:
         share = 100 * best.rate(best.model_flops) / 1e9 / run.matmul_gflops
         basis = f"best of the sweep: {_users(best.users)}"
     rows.append(("this service's model FLOP/s at saturation, % of matmul", share, basis, ">= 50 %", (50.0).__le__))
+    ratios = [
+        (users, grpc.rate(grpc.sequences) / http.rate(http.sequences))
+        for users in run.args.users
+        if (grpc := _at(run, SERVICE_GRPC, users)) and (http := _at(run, SERVICE, users)) and http.sequences
+    ]
+    slowest, basis = None, ""
+    if ratios:
+        users, slowest = min(ratios, key=lambda pair: pair[1])
+        basis = f"lowest of {len(ratios)} concurrencies: {_users(users)}"
+    rows.append(("gRPC front / /embed over HTTP, seq/s", slowest, basis, ">= 1.0x at every concurrency", (1.0).__le__))
     top_generate = max(run.args.generate_users)
     generated, generated_by_hand = _at(run, SERVICE_GENERATE, top_generate), _at(run, NAIVE_GENERATE, top_generate)
     ratio, basis = None, ""
@@ -214,6 +225,29 @@ def _winners(run: Run) -> list[str]:
             f"({quickest.percentile(50):.0f} ms)"
         )
     return lines
+
+
+def _fronts(run: Run) -> list[str]:
+    """Each other front of the service (`service-*` /embed contenders: the OpenAI dialect, gRPC) against /embed,
+    users by users: the same requests, the same engine and Triton, so the ratio is the front's."""
+    fronts = [c.name for c in run.contenders if c.workload == "embed" and c.name.startswith(f"{SERVICE}-")]
+    lines = ["| users | /embed seq/s | " + " | ".join(f"{name} seq/s | ratio | p50 ratio" for name in fronts) + " |",
+             "|---:|---:|" + "---:|---:|---:|" * len(fronts)]  # fmt: skip
+    for users in run.args.users:
+        base = _at(run, SERVICE, users)
+        if not (base and base.sequences):
+            continue
+        cells = [str(users), f"{base.rate(base.sequences):.1f}"]
+        for name in fronts:
+            point = _at(run, name, users)
+            if point and point.sequences:
+                rate = point.rate(point.sequences)
+                ratio = rate / base.rate(base.sequences)
+                cells += [f"{rate:.1f}", f"{ratio:.2f}x", f"{point.percentile(50) / base.percentile(50):.2f}"]
+            else:
+                cells += ["–"] * 3
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines if fronts else ["No other front was measured in this run."]
 
 
 def _probe_table(run: Run) -> list[str]:
@@ -332,6 +366,13 @@ def write(path: Path, run: Run) -> None:
         f"![latency and throughput against concurrency]({picture.name})",
         "",
         *_winners(run),
+        "",
+        "## Fronts over the same engine",
+        "",
+        "The service's other fronts, sent the same /embed requests in the same run: seq/s and their ratio to /embed "
+        "(above 1: faster), p50 latency and its ratio (below 1: quicker).",
+        "",
+        *_fronts(run),
         "",
         "## The issue's targets",
         "",

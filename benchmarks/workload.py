@@ -56,6 +56,11 @@ class EmbedRequest:
     def body(self) -> dict[str, object]:
         return {"sequences": self.sequences, "model": MODEL}
 
+    @property
+    def openai_body(self) -> dict[str, object]:
+        """The same request in OpenAI's embeddings API, as OpenAI's python client sends it (base64)."""
+        return {"input": self.sequences, "model": MODEL, "encoding_format": "base64"}
+
     def context(self) -> dict[str, int]:
         """What locust's request event carries for the results file; tokens add ESM's <cls> and <eos>."""
         tokens = [len(sequence) + 2 for sequence in self.sequences]

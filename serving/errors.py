@@ -1,7 +1,8 @@
-"""Typed service errors, the one JSON error shape, and the one table from exception to HTTP status.
+"""Typed service errors, the one JSON error shape, and the tables from exception to HTTP status and gRPC code.
 
-Every client mistake becomes a 4xx whose body names the field (and the item
-index) at fault; Triton being away is a 503. Only a bug is a 500.
+Every client mistake becomes a 4xx (gRPC: INVALID_ARGUMENT and kin) whose body
+(gRPC: details) names the field (and the item index) at fault; Triton being
+away is a 503 (UNAVAILABLE). Only a bug is a 500 (INTERNAL).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Self
+
+import grpc
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,24 @@ HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     DeadlineExceeded: HTTPStatus.GATEWAY_TIMEOUT,
 }
 
+GRPC_STATUS: dict[type[ServiceError], grpc.StatusCode] = {
+    Unauthorized: grpc.StatusCode.UNAUTHENTICATED,
+    MalformedBody: grpc.StatusCode.INVALID_ARGUMENT,
+    PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    UnsupportedMediaType: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    UnknownModel: grpc.StatusCode.INVALID_ARGUMENT,
+    CapabilityNotSupported: grpc.StatusCode.INVALID_ARGUMENT,
+    ModelUnavailable: grpc.StatusCode.UNAVAILABLE,
+    # Triton refused the files an admin asked it to load: not a bug (INTERNAL), not transient (UNAVAILABLE); the
+    # repository must be fixed before the same call can succeed.
+    ModelLoadFailed: grpc.StatusCode.FAILED_PRECONDITION,
+    # Retry later, like UNAVAILABLE; but this worker is full, nothing is down.
+    Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+"""The gRPC code of each error, for every gRPC front (serving/grpc_front.py); the details are `str(error)`."""
+
 ERROR_TYPES: dict[type[ServiceError], str] = {
     Unauthorized: "unauthorized",
     MalformedBody: "malformed_body",
@@ -112,6 +133,10 @@ away), and the scheme an admin endpoint expects (RFC 6750)."""
 
 def http_status(error: ServiceError) -> int:
     return int(HTTP_STATUS[type(error)])
+
+
+def grpc_status(error: ServiceError) -> grpc.StatusCode:
+    return GRPC_STATUS[type(error)]
 
 
 def error_headers(error: ServiceError) -> dict[str, str]:

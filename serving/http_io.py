@@ -7,6 +7,10 @@ returns any `ServiceError` instead of raising it, and the output descriptors
 render it as its status code and error body, whatever the success type.
 Each descriptor keeps the wire format of the BentoML one it extends, and says so
 in /docs.json, so that BentoML's own clients can call every API.
+
+The same descriptors serve `bentoml serve-grpc`'s `BentoService/Call`: `from_proto` reads the request's `json`
+(or `serialized_bytes`, JSON text) and `ndarray` fields through the same validation as an HTTP body, and
+`to_proto` answers a `ServiceError` with its gRPC code (serving/grpc_front.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any, TypeVar
 
 import bentoml
 import numpy as np
+from bentoml.exceptions import BentoMLException
+from google.protobuf import json_format, struct_pb2
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,6 +43,7 @@ from serving.errors import (
     error_headers,
     http_status,
 )
+from serving.grpc_front import GrpcErrorReply, invocation_metadata
 from serving.metrics import model_label, record_request
 from serving.settings import current_settings
 
@@ -53,6 +60,7 @@ def field_path(location: tuple[str | int, ...]) -> str:
 
 
 def validation_error(error: ValidationError) -> ServiceError:
+    """A request that fails its pydantic model, as the `ServiceError` naming each field at fault."""
     if any(item["type"] == "json_invalid" for item in error.errors()):
         return MalformedBody.at("body", f"not valid JSON: {error.errors()[0]['msg']}")
     return InvalidRequest([FieldProblem(field_path(tuple(item["loc"])), item["msg"]) for item in error.errors()])
@@ -88,8 +96,14 @@ class _PublishesBentoMLSpec:
 
     `bentoml.client.Client.from_url` builds one method per API from these specs; a subclass has no registered id of
     its own (BentoML allows one class per id), so without this its spec says `"id": null` and the client skips the
-    API ("No IO descriptor spec found").
+    API ("No IO descriptor spec found"). Likewise BentoML gives every subclass no gRPC fields (BentoService/Call
+    then refuses the request's `json` or `ndarray`): each keeps those of the descriptor it extends.
     """
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        if not options.get("proto_fields"):
+            cls.proto_fields = next(vars(base)["proto_fields"] for base in cls.__mro__[1:] if vars(base).get("proto_fields"))
 
     def to_spec(self) -> dict[str, Any]:
         spec = super().to_spec()  # type: ignore[misc]
@@ -101,6 +115,25 @@ class _PublishesBentoMLSpec:
         return spec
 
 
+def _integral_numbers(value: Any) -> Any:
+    """A `google.protobuf.Value` holds every number as a double: 10 arrives as 10.0. JSON text of the same numbers
+    writes the integral ones as integers, so that strict integer fields accept them, as they do over HTTP."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [_integral_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _integral_numbers(item) for key, item in value.items()}
+    return value
+
+
+def _proto_json(field: struct_pb2.Value | bytes) -> bytes:
+    """The JSON text of a gRPC request's `json` (a protobuf Value) or `serialized_bytes` field."""
+    if isinstance(field, bytes):
+        return field
+    return json.dumps(_integral_numbers(json_format.MessageToDict(field)), allow_nan=False).encode()
+
+
 class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
@@ -110,6 +143,16 @@ class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
         body = await _body(request)
         if isinstance(body, ServiceError):
             return body
+        return self.validated(body)
+
+    async def from_proto(self, field: struct_pb2.Value | bytes) -> BaseModel | ServiceError:
+        try:
+            return self.validated(_proto_json(field))
+        except ValueError as error:  # NaN or infinity: not JSON
+            return InvalidRequest.at("body", f"not valid JSON: {error}")
+
+    def validated(self, body: bytes) -> BaseModel | ServiceError:
+        """The request the JSON text `body` describes, or the `ServiceError` naming each field at fault."""
         try:
             return self._pydantic_model.model_validate_json(body)
         except ValidationError as error:
@@ -129,6 +172,17 @@ class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray):
             values = json.loads(body)
         except ValueError as error:
             return MalformedBody.at("body", f"not valid JSON: {error}")
+        return self.validated(values)
+
+    async def from_proto(self, field: Any) -> np.ndarray | ServiceError:
+        try:
+            values = await super().from_proto(field)
+        except BentoMLException as error:
+            return InvalidRequest.at("body", error.message)
+        return self.validated(values)
+
+    def validated(self, values: Any) -> np.ndarray | ServiceError:
+        """`values` as an array of the declared dtype and rank, all finite; or the `ServiceError` saying why not."""
         try:
             array = np.asarray(values, dtype=self._dtype)
         except (ValueError, TypeError):
@@ -148,10 +202,14 @@ class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON):
     async def from_http_request(self, request: Request) -> None:
         return None
 
+    async def from_proto(self, field: Any) -> None:
+        return None
 
-def _carries_admin_token(request: Request) -> bool:
+
+def _carries_admin_token(authorization: str) -> bool:
+    """`authorization` (the HTTP header, or the gRPC metadata of that name) is `Bearer <BIONEMO_ADMIN_TOKEN>`."""
     expected = current_settings().admin_token
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    scheme, _, credentials = authorization.partition(" ")
     return (
         expected is not None
         and scheme.lower() == "bearer"
@@ -159,15 +217,23 @@ def _carries_admin_token(request: Request) -> bool:
     )
 
 
+_NO_ADMIN_TOKEN = Unauthorized.at(
+    "authorization", "admin endpoints need `Authorization: Bearer <BIONEMO_ADMIN_TOKEN>` (HTTP header or gRPC metadata)"
+)
+
+
 class _AdminOnly:
     """Mixin for the admin endpoints' input descriptors: without the admin token a 401, before the body is read."""
 
     async def from_http_request(self, request: Request) -> Any:
-        if not _carries_admin_token(request):
-            return Unauthorized.at(
-                "authorization", "admin endpoints need the header `Authorization: Bearer <BIONEMO_ADMIN_TOKEN>`"
-            )
+        if not _carries_admin_token(request.headers.get("authorization", "")):
+            return _NO_ADMIN_TOKEN
         return await super().from_http_request(request)  # type: ignore[misc]
+
+    async def from_proto(self, field: Any) -> Any:
+        if not _carries_admin_token(invocation_metadata().get("authorization", "")):
+            return _NO_ADMIN_TOKEN
+        return await super().from_proto(field)  # type: ignore[misc]
 
 
 class AdminJSON(_AdminOnly, ValidatedJSON):
@@ -192,6 +258,11 @@ class _RendersErrors:
             return JSONResponse(self.error_shape(obj), status_code=http_status(obj), headers=error_headers(obj))
         return await super().to_http_response(obj, ctx)  # type: ignore[misc]
 
+    async def to_proto(self, obj: Any) -> Any:
+        if isinstance(obj, ServiceError):
+            raise GrpcErrorReply(obj)
+        return await super().to_proto(obj)  # type: ignore[misc]
+
 
 class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
     """A pydantic answer serialised by pydantic itself (Rust), not BentoML's `model_dump` + `json.dumps`.
@@ -205,6 +276,12 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
         if isinstance(obj, BaseModel) and ctx is None:
             return Response(obj.model_dump_json(), media_type=self._mime_type)
         return await super().to_http_response(obj, ctx)
+
+    async def to_proto(self, obj: Any) -> Any:
+        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value."""
+        if isinstance(obj, BaseModel):
+            return json_format.ParseDict(obj.model_dump(mode="json"), struct_pb2.Value())
+        return await super().to_proto(obj)
 
 
 class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarray):

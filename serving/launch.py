@@ -1,4 +1,4 @@
-"""Start the service: `python -m serving.launch TARGET [--triton-options KEY=VALUE]... [bentoml serve options]`.
+"""Start the service: `python -m serving.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml options]`.
 
 TARGET is `service:svc` in a checkout, or a bento tag or folder. `make serve`, the
 tests and the container's entrypoint all start the service this way, so that
@@ -8,7 +8,9 @@ Every setting is checked before anything starts, and so is the installed
 onnxruntime against the providers the target's configs name
 (serving/target_runtime.py); each encoder of a local repository gets the runtime
 measured fastest on this machine (serving/runtime_choice.py); then this process
-becomes `bentoml serve`, keeping its PID.
+becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
+instead, with the same settings and Triton runner, and the gRPC configuration the
+settings imply (`Settings.grpc_config_options`) added to BENTOML_CONFIG_OPTIONS.
 """
 
 from __future__ import annotations
@@ -31,12 +33,17 @@ from serving.triton_options import (
 )
 from tritonserver_setup.readiness import free_loopback_port
 
-USAGE = "usage: python -m serving.launch TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
+USAGE = "usage: python -m serving.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
+GRPC_FLAG = "--grpc"
+BENTOML_CONFIG_VARIABLE = "BENTOML_CONFIG_OPTIONS"
 
 
 def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The `bentoml serve` command line and its environment; SettingsError for any bad setting or option, or for a
-    target whose configs the installed onnxruntime cannot run."""
+    """The `bentoml serve` (`serve-grpc` after `--grpc`) command line and its environment; SettingsError for any bad
+    setting or option, or for a target whose configs the installed onnxruntime cannot run."""
+    grpc = bool(argv) and argv[0] == GRPC_FLAG
+    if grpc:
+        argv = argv[1:]
     if not argv or argv[0].startswith("-"):
         raise SettingsError(USAGE)
     target, *rest = argv
@@ -48,7 +55,11 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
         child_environment[ENVIRONMENT_VARIABLE] = render_environment(inherited + options)
     settings = Settings.from_environment(child_environment)
     require_providers(settings.model_repository, settings.target)
-    command = [sys.executable, "-m", "bentoml", "serve", target, "--production", *settings.serve_arguments()]
+    if grpc:  # the settings' items last: they win over the same keys in the inherited options
+        bentoml_options = [environment.get(BENTOML_CONFIG_VARIABLE, ""), *settings.grpc_config_options()]
+        child_environment[BENTOML_CONFIG_VARIABLE] = " ".join(option for option in bentoml_options if option)
+    serve = "serve-grpc" if grpc else "serve"
+    command = [sys.executable, "-m", "bentoml", serve, target, "--production", *settings.serve_arguments()]
     return command + serve_arguments, child_environment
 
 

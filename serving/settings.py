@@ -75,6 +75,16 @@ def _admin_token(raw: str) -> str | None:
     return raw
 
 
+ESM1NV_GRPC_MODELS = ("esm1nv", "esm2nv")
+"""The models BioNeMo's esm1nv gRPC service could load (ESM-1nv, or ESM-2nv with `--model esm2nv_650M`)."""
+
+
+def _esm1nv_grpc_model(raw: str) -> str:
+    if raw not in ESM1NV_GRPC_MODELS:
+        raise ValueError
+    return raw
+
+
 def _models(raw: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(",") if name.strip())
     unknown = [name for name in names if name not in MODELS]
@@ -114,7 +124,15 @@ class Setting:
 
 
 HOST = Setting("BIONEMO_HOST", "127.0.0.1", "address the API listens on (the image sets 0.0.0.0)")
-PORT = Setting("BIONEMO_PORT", "3000", "port the API listens on")
+PORT = Setting("BIONEMO_PORT", "3000", "port the API listens on (HTTP, or gRPC with `serve-grpc`)")
+GRPC_METRICS_PORT = Setting(
+    "BIONEMO_GRPC_METRICS_PORT", "3001", "port of the gRPC server's Prometheus metrics (`serve-grpc`), on BIONEMO_HOST"
+)
+ESM1NV_GRPC_MODEL = Setting(
+    "BIONEMO_ESM1NV_GRPC_MODEL",
+    "esm1nv",
+    "which model answers BioNeMo's `bionemo.model.protein.esm1nv.grpc` service (`serve-grpc`): esm1nv or esm2nv",
+)
 API_WORKERS = Setting("BIONEMO_API_WORKERS", "", "BentoML API worker processes; unset: one per CPU core (BentoML's default)")
 MODEL_REPOSITORY = Setting(
     "BIONEMO_MODEL_REPOSITORY",
@@ -156,7 +174,7 @@ TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
 `bentoml serve` process that starts tritonserver and every API worker that scrapes it agree."""
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
-    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME,
+    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME, GRPC_METRICS_PORT, ESM1NV_GRPC_MODEL,
 )  # fmt: skip
 
 
@@ -182,6 +200,8 @@ class Settings:
     fastest measured."""
     triton_metrics_port: int | None = None
     """Triton's metrics on 127.0.0.1 at this port; None (a start without serving.launch): Triton's metrics off."""
+    grpc_metrics_port: int = 3001
+    esm1nv_grpc_model: str = "esm1nv"
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] = os.environ) -> Settings:
@@ -214,6 +234,8 @@ class Settings:
             ),
             runtimes=read(RUNTIME, _runtimes, "auto, a runtime, or model=runtime items"),
             triton_metrics_port=_triton_metrics_port(environment.get(TRITON_METRICS_PORT_VARIABLE, "")),
+            grpc_metrics_port=read(GRPC_METRICS_PORT, lambda raw: _integer(raw, 1, 65535), "a port number from 1 to 65535"),
+            esm1nv_grpc_model=read(ESM1NV_GRPC_MODEL, _esm1nv_grpc_model, f"one of {', '.join(ESM1NV_GRPC_MODELS)}"),
         )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:
@@ -247,11 +269,22 @@ class Settings:
         return arguments + [option.argument() for option in self.triton_options]
 
     def serve_arguments(self) -> list[str]:
-        """`bentoml serve` options that come from the settings."""
+        """`bentoml serve` (and `serve-grpc`) options that come from the settings."""
         arguments = ["--host", self.host, "--port", str(self.port)]
         if self.api_workers is not None:
             arguments += ["--api-workers", str(self.api_workers)]
         return arguments
+
+    def grpc_config_options(self) -> list[str]:
+        """BentoML configuration (`BENTOML_CONFIG_OPTIONS` items) for `bentoml serve-grpc`: messages up to
+        BIONEMO_MAX_REQUEST_BYTES each way (larger: RESOURCE_EXHAUSTED), server reflection on, and the Prometheus
+        metrics server on the API's host instead of BentoML's default 0.0.0.0."""
+        return [
+            f"api_server.grpc.max_message_length={self.max_request_bytes}",
+            "api_server.grpc.reflection.enabled=true",
+            f"api_server.grpc.metrics.host={self.host}",
+            f"api_server.grpc.metrics.port={self.grpc_metrics_port}",
+        ]
 
 
 def _triton_metrics_port(raw: str) -> int | None:

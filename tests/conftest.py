@@ -1,4 +1,4 @@
-"""Fixtures that start the real stack: `bentoml serve` with the real tritonserver behind it."""
+"""Fixtures that start the real stack: `bentoml serve` (or `serve-grpc`) with the real tritonserver behind it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ import tritonclient.http
 
 from model_catalog import MODELS
 from reference import CHECKPOINTS
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready
+from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = ROOT / "model_repository"
@@ -27,6 +28,7 @@ STARTUP_TIMEOUT_S = 180
 @dataclass(frozen=True)
 class RunningService:
     url: str
+    """http://127.0.0.1:PORT, or 127.0.0.1:PORT for `serve-grpc`."""
     process: subprocess.Popen
     log_path: Path
     children: list[psutil.Process] = field(default_factory=list)
@@ -64,22 +66,28 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     process.wait()
 
 
-def start_service(command: list[str], cwd: Path, environment: dict[str, str]) -> RunningService:
-    """Start `command` (a launcher of `bentoml serve`) in its own process group; wait for /readyz.
+def start_service(command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False) -> RunningService:
+    """Start `command` (a launcher of `bentoml serve`, or of `serve-grpc` with `grpc`) in its own process group;
+    wait for /readyz (gRPC: the health service's SERVING).
 
-    `environment` adds to this process's; the port is a free loopback port.
+    `environment` adds to this process's; the port (and the gRPC metrics port) is a free loopback port.
     """
     port = free_loopback_port()
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env.update(environment, BIONEMO_HOST="127.0.0.1", BIONEMO_PORT=str(port))
+    if grpc:
+        env["BIONEMO_GRPC_METRICS_PORT"] = str(free_loopback_port())
     log_path = Path(tempfile.mkstemp(prefix="bentoml-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    running = RunningService(f"http://127.0.0.1:{port}", process, log_path)
+    running = RunningService(f"127.0.0.1:{port}" if grpc else f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
+        if grpc:
+            wait_until_serving(running.url, process, STARTUP_TIMEOUT_S, "bentoml serve-grpc")
+        else:
+            wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
     except ReadinessTimeout as error:
         stop_process_group(process)
         pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
@@ -97,16 +105,18 @@ def stop_service(running: RunningService) -> None:
     running.log_path.unlink(missing_ok=True)
 
 
-def start_launcher(environment: dict[str, str] | None = None) -> RunningService:
-    """`python -m serving.launch service:svc` (it becomes `bentoml serve`) on the default models, with `environment`'s
-    settings: the shared service, or one a test starts for itself (other limits, or to break it)."""
+def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False) -> RunningService:
+    """`python -m serving.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
+    models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits, or to
+    break it)."""
     missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
     if missing:
         pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
     return start_service(
-        [sys.executable, "-m", "serving.launch", "service:svc"],
+        [sys.executable, "-m", "serving.launch", *(["--grpc"] if grpc else []), "service:svc"],
         ROOT,
         {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
+        grpc,
     )
 
 

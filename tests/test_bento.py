@@ -222,3 +222,36 @@ def test_tritonserver_listens_on_loopback_only(entrypoint_service: RunningServic
     ]
     assert listening, "tritonserver listens nowhere?"
     assert all(ipaddress.ip_address(address.ip).is_loopback for address in listening), listening
+
+
+def test_entrypoint_serve_grpc_serves_the_built_bento_on_bentomls_grpc_server(bento_home: Path, cpu_bento: Path) -> None:
+    """`docker run IMAGE serve-grpc --triton-options ...`: BentoML's gRPC server, the same settings and Triton options."""
+    import serving.bentoml_grpc_stubs  # noqa: F401  (before BentoML's gRPC client)
+    from bentoml.client import Client
+
+    running = start_service(
+        [
+            "bash", str(cpu_bento / "src" / "container" / "entrypoint.sh"), "serve-grpc",
+            "--triton-options", "model-control-mode=explicit", "--triton-options=load-model=esm2nv",
+        ],
+        ROOT,
+        {"BENTO_PATH": str(cpu_bento), "BENTOML_HOME": str(bento_home), "BENTOML_DO_NOT_TRACK": "true"},
+        grpc=True,
+    )  # fmt: skip
+    try:
+        processes = [psutil.Process(running.process.pid), *running.children]  # the entrypoint became bentoml serve-grpc
+        command = " ".join(" ".join(process.cmdline()) for process in processes)
+        assert " -m bentoml serve-grpc " in command and "--load-model=esm2nv" in command
+        sequence = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
+        answer = Client.from_url(running.url, kind="grpc").embed({"model": "esm2nv", "sequences": [sequence]})
+        expected = TransformersReference("esm2nv").mean_embedding(sequence)
+        np.testing.assert_allclose(np.asarray(answer["embeddings"][0]), expected, atol=1e-4)
+        listening = [
+            connection.laddr
+            for child in running.children
+            for connection in child.net_connections(kind="inet")
+            if connection.status == psutil.CONN_LISTEN
+        ]
+        assert all(ipaddress.ip_address(address.ip.removeprefix("::ffff:")).is_loopback for address in listening), listening
+    finally:
+        stop_service(running)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bentoml._internal.configuration.containers import BentoMLConfiguration
 
 from serving.launch import serve_command
 from serving.settings import ALL_SETTINGS, PROJECT_ROOT, Settings, SettingsError
@@ -71,6 +72,8 @@ def test_remote_repositories_are_left_to_tritonserver() -> None:
         ("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "many", "a positive integer"),
         ("BIONEMO_TRITON_OPTIONS", "http-address=0.0.0.0", "refused"),
         ("BIONEMO_TRITON_OPTIONS", "'unclosed", "No closing quotation"),
+        ("BIONEMO_GRPC_METRICS_PORT", "0", "a port number"),
+        ("BIONEMO_ESM1NV_GRPC_MODEL", "prott5nv", "one of esm1nv, esm2nv"),
     ],
 )
 def test_a_bad_value_names_its_setting(variable: str, value: str, expected: str) -> None:
@@ -180,6 +183,35 @@ def test_launcher_moves_options_into_the_environment_and_builds_bentoml_serve() 
     ]  # fmt: skip
     assert environment["BIONEMO_TRITON_OPTIONS"] == "model-control-mode=explicit load-model=esm2nv"
     assert environment["BIONEMO_PORT"] == "3100"
+
+
+def test_grpc_launcher_builds_bentoml_serve_grpc_with_the_settings_grpc_configuration() -> None:
+    """Same settings and Triton options as `serve`; messages bounded by BIONEMO_MAX_REQUEST_BYTES, reflection on,
+    metrics on the API's host, after (so winning over) the BentoML options the environment already had."""
+    command, environment = serve_command(
+        ["--grpc", "bento:tag", "--triton-options", "load-model=esm2nv"],
+        {
+            "BIONEMO_PORT": "3100", "BIONEMO_MAX_REQUEST_BYTES": "4194304", "BIONEMO_GRPC_METRICS_PORT": "3102",
+            "BENTOML_CONFIG_OPTIONS": "api_server.grpc.max_message_length=-1",
+        },
+    )  # fmt: skip
+    assert command == [
+        sys.executable, "-m", "bentoml", "serve-grpc", "bento:tag", "--production", "--host", "127.0.0.1", "--port", "3100",
+    ]  # fmt: skip
+    assert environment["BIONEMO_TRITON_OPTIONS"] == "load-model=esm2nv"
+    assert environment["BENTOML_CONFIG_OPTIONS"].split() == [
+        "api_server.grpc.max_message_length=-1",
+        "api_server.grpc.max_message_length=4194304",
+        "api_server.grpc.reflection.enabled=true",
+        "api_server.grpc.metrics.host=127.0.0.1",
+        "api_server.grpc.metrics.port=3102",
+    ]
+    # as BentoML reads them: valid keys, and the last of a repeated key wins
+    config = BentoMLConfiguration(override_config_values=environment["BENTOML_CONFIG_OPTIONS"]).to_dict()
+    assert config["api_server"]["grpc"]["max_message_length"] == 4194304
+    assert config["api_server"]["grpc"]["reflection"]["enabled"] is True
+    assert config["api_server"]["grpc"]["metrics"] == {"host": "127.0.0.1", "port": 3102}
+    assert Settings.from_environment({}).esm1nv_grpc_model == "esm1nv"
 
 
 def test_launcher_refuses_before_starting_anything() -> None:

@@ -11,8 +11,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchmarks.clients import PYTRITON_MODEL, Embedder, HttpJsonEmbedder, PyTritonEmbedder, TritonEmbedder
-from benchmarks.contenders.this_service import SERVICE, tritonserver_url
+from benchmarks.clients import (
+    PYTRITON_MODEL,
+    Embedder,
+    GrpcEmbedder,
+    HttpJsonEmbedder,
+    OpenAIEmbedder,
+    PyTritonEmbedder,
+    TritonEmbedder,
+)
+from benchmarks.contenders.this_service import SERVICE, SERVICE_GRPC, tritonserver_url
 from benchmarks.processes import Running, Server
 from benchmarks.workload import MODEL
 
@@ -58,10 +66,14 @@ BENTOML = Server(
 CONTENDERS = (
     Contender("service", "this service: BentoML front, Triton python backend, the runtime timed fastest on this CPU",
               SERVICE, "EmbedUser", triton_url=tritonserver_url),
+    Contender("service-openai", "this service's OpenAI dialect: the same requests to /v1/embeddings, base64", SERVICE,
+              "OpenAIEmbedUser", client=OpenAIEmbedder, triton_url=tritonserver_url),
     Contender("direct-triton", "the same Triton model via tritonclient, tokenized and pooled client-side", SERVICE,
               "TritonEmbedUser", url=tritonserver_url, client=TritonEmbedder, triton_url=tritonserver_url),
     Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,
               "GenerateUser", client=None, workload="generate"),
+    Contender("service-grpc", "this service's gRPC front (serve-grpc): the same requests to BentoService/Call `embed`",
+              SERVICE_GRPC, "GrpcEmbedUser", client=GrpcEmbedder, triton_url=tritonserver_url),
     Contender("naive", "torch eager behind http.server, one request at a time", NAIVE, "EmbedUser"),
     Contender("naive-generate", "transformers' generate (greedy, key-value cache) per request behind http.server, one at "
               "a time", NAIVE, "GenerateUser", client=None, workload="generate"),

@@ -1,4 +1,5 @@
-"""Contender 1: this service, started as everywhere else (`python -m serving.launch service:svc`, production mode).
+"""Contender 1: this service, started as everywhere else (`python -m serving.launch service:svc`, production mode);
+and its gRPC front (`python -m serving.launch --grpc service:svc`).
 
 Its tritonserver (started by the BentoML Triton runner, on a free loopback
 port) is also contender 2's: the direct-Triton client calls the very same
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.processes import ROOT, Running, Server
+from tritonserver_setup.readiness import free_loopback_port
 
 SERVICE = Server(
     name="service",
@@ -20,6 +22,20 @@ SERVICE = Server(
         "BIONEMO_PORT": str(port),
         "BIONEMO_MODEL_REPOSITORY": str(ROOT / "model_repository"),
     },
+)
+
+
+SERVICE_GRPC = Server(
+    name="service-grpc",
+    command=lambda port: [sys.executable, "-m", "serving.launch", "--grpc", "service:svc"],
+    ready_path="",
+    environment=lambda port: {
+        "BIONEMO_HOST": "127.0.0.1",
+        "BIONEMO_PORT": str(port),
+        "BIONEMO_GRPC_METRICS_PORT": str(free_loopback_port()),
+        "BIONEMO_MODEL_REPOSITORY": str(ROOT / "model_repository"),
+    },
+    grpc=True,
 )
 
 

@@ -1,0 +1,166 @@
+"""BioNeMo 1.x's gRPC services (serving/protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engines.
+
+Code generated from BioNeMo's own `.proto` files (its InferenceWrapper with `GenerativeSamplerStub`) calls these
+unchanged. Each method turns its message into the request of the matching HTTP API, validated by the same pydantic
+model (serving/protocol.py), runs it on the same engine under the same admission (in-flight bound, deadline), and
+flattens the arrays with their `dim` as BioNeMo's servers did (and, like them, answers `smis` only from
+`HiddenToSmis`). Errors are the service's typed errors, answered with their gRPC
+code by serving/grpc_front.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TypeVar
+
+import bentoml
+import grpc
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from model_catalog import Capability
+from serving.admission import Admission
+from serving.encoding import Encoded, EncoderEngine
+from serving.errors import FieldProblem, InvalidRequest, ServiceError
+from serving.generation import MEGAMOLBART, MoleculeGenerator
+from serving.http_io import validation_error
+from serving.protocol import DecodeRequest, EmbedRequest, HiddenRequest
+from serving.protos import (
+    esm1nv_pb2,
+    esm1nv_pb2_grpc,
+    megamolbart_pb2,
+    megamolbart_pb2_grpc,
+    prott5nv_pb2,
+    prott5nv_pb2_grpc,
+)
+
+RequestT = TypeVar("RequestT", bound=BaseModel)
+
+
+@contextlib.contextmanager
+def _fields_named(names: dict[str, str]) -> Iterator[None]:
+    """A `ServiceError` raised inside names the message's fields: `sequences[1]` becomes `smis[1]`, and so on."""
+    try:
+        yield
+    except ServiceError as error:
+        problems = []
+        for problem in error.problems:
+            head, bracket, rest = problem.field.partition("[")
+            problems.append(FieldProblem(names.get(head, head) + bracket + rest, problem.message))
+        raise type(error)(problems) from None
+
+
+def _validated(request_type: type[RequestT], **values: object) -> RequestT:
+    try:
+        return request_type.model_validate(values)
+    except ValidationError as error:
+        raise validation_error(error) from None
+
+
+def _shape(dim: list[int], rank: int, field: str) -> tuple[int, ...]:
+    if len(dim) != rank or min(dim, default=0) < 1:
+        raise InvalidRequest.at("dim", f"is {list(dim)}; {field} needs {rank} positive sizes")
+    return tuple(dim)
+
+
+class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
+    """`bionemo.model.molecule.megamolbart.grpc.GenerativeSampler`, served by megamolbart."""
+
+    SMILES_FIELDS = {"sequences": "smis", "hiddens": "hidden_states", "mask": "masks"}
+
+    def __init__(self, engine: EncoderEngine, generator: MoleculeGenerator, admission: Admission) -> None:
+        self.engine, self.generator, self.admission = engine, generator, admission
+
+    async def SmilesToEmbedding(
+        self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> megamolbart_pb2.OutputSpec:
+        with _fields_named(self.SMILES_FIELDS):
+            embed = _validated(EmbedRequest, sequences=list(request.smis), model=MEGAMOLBART)
+            vectors = (await self.admission.run(self.engine.embed(embed))).vectors
+        return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
+
+    async def SmilesToHidden(
+        self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> megamolbart_pb2.OutputSpec:
+        with _fields_named(self.SMILES_FIELDS):
+            hidden = _validated(HiddenRequest, sequences=list(request.smis), model=MEGAMOLBART)
+            encoded = await self.admission.run(_encode(self.engine, hidden, "smis"))
+        return megamolbart_pb2.OutputSpec(
+            hidden_states=encoded.hidden_states.ravel().tolist(),
+            dim=encoded.hidden_states.shape,
+            masks=encoded.attention_mask.astype(bool).ravel().tolist(),
+        )
+
+    async def HiddenToSmis(
+        self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> megamolbart_pb2.OutputSpec:
+        with _fields_named(self.SMILES_FIELDS):
+            batch, length, hidden_size = _shape(list(request.dim), 3, "hidden_states [batch, length, hidden]")
+            if len(request.hidden_states) != batch * length * hidden_size:
+                raise InvalidRequest.at(
+                    "hidden_states",
+                    f"has {len(request.hidden_states)} values; dim {list(request.dim)} needs {batch * length * hidden_size}",
+                )
+            if len(request.masks) != batch * length:
+                raise InvalidRequest.at(
+                    "masks", f"has {len(request.masks)} values; dim {list(request.dim)} needs {batch * length}"
+                )
+            states = np.asarray(request.hidden_states, dtype=np.float32).reshape(batch, length, hidden_size)
+            mask = np.asarray(request.masks, dtype=np.int64).reshape(batch, length)
+            decode = _validated(DecodeRequest, hiddens=states.tolist(), mask=mask.tolist(), model=MEGAMOLBART)
+            decoded = await self.admission.run(self.generator.decode(decode))
+        return megamolbart_pb2.OutputSpec(smis=decoded.smiles)
+
+
+class ProteinSampler:
+    """`bionemo.model.protein.<esm1nv|prott5nv>.grpc.GenerativeSampler`: per-token hidden states of `model`."""
+
+    messages: ModuleType
+    """The package's generated messages (esm1nv's and prott5nv's have the same fields, in packages of their own)."""
+
+    def __init__(self, model: str, engine: EncoderEngine, admission: Admission) -> None:
+        self.model, self.engine, self.admission = model, engine, admission
+
+    async def SeqToEmbedding(
+        self, request: esm1nv_pb2.InputSpec, context: grpc.aio.ServicerContext
+    ) -> esm1nv_pb2.OutputSpec:
+        with _fields_named({"sequences": "seqs"}):
+            hidden = _validated(HiddenRequest, sequences=list(request.seqs), model=self.model)
+            encoded = await self.admission.run(_encode(self.engine, hidden, "seqs"))
+        states = encoded.hidden_states
+        return self.messages.OutputSpec(embeddings=states.ravel().tolist(), dim=states.shape)
+
+
+class Esm1nvSampler(ProteinSampler, esm1nv_pb2_grpc.GenerativeSamplerServicer):
+    messages = esm1nv_pb2
+
+
+class ProtT5nvSampler(ProteinSampler, prott5nv_pb2_grpc.GenerativeSamplerServicer):
+    messages = prott5nv_pb2
+
+
+async def _encode(engine: EncoderEngine, request: HiddenRequest, field: str) -> Encoded:
+    """The hidden states and mask of /hidden for `request`, errors naming `field`."""
+    model = await engine.model(request.model, Capability.HIDDEN, request.model_version)
+    return await engine.encode(model, request.sequences, field, request.truncate)
+
+
+def mount(
+    service: bentoml.legacy.Service,
+    engine: EncoderEngine,
+    generator: MoleculeGenerator,
+    admission: Admission,
+    esm1nv_model: str,
+) -> None:
+    """Mount the three services on `service`'s gRPC server; `esm1nv_model` answers the esm1nv package."""
+    mounts = (
+        (functools.partial(MegaMolBARTSampler, engine, generator, admission), megamolbart_pb2, megamolbart_pb2_grpc),
+        (functools.partial(Esm1nvSampler, esm1nv_model, engine, admission), esm1nv_pb2, esm1nv_pb2_grpc),
+        (functools.partial(ProtT5nvSampler, "prott5nv", engine, admission), prott5nv_pb2, prott5nv_pb2_grpc),
+    )
+    for servicer, messages, services in mounts:
+        name = messages.DESCRIPTOR.services_by_name["GenerativeSampler"].full_name  # listed by reflection, health
+        service.mount_grpc_servicer(servicer, services.add_GenerativeSamplerServicer_to_server, [name])

@@ -1,0 +1,65 @@
+"""What every gRPC front of `bentoml serve-grpc` shares: typed errors as gRPC statuses, and the call's metadata.
+
+BentoML's `BentoService/Call` catches every `Exception` an API raises and answers INTERNAL (or a code it derives
+from an HTTP status, which cannot tell 503 overload from 503 Triton away). So the IO descriptors
+(serving/http_io.py) raise a `ServiceError` wrapped in `GrpcErrorReply`, a `BaseException` that passes through
+BentoML's servicer, and `ServiceErrorInterceptor` answers it with the code `serving.errors.GRPC_STATUS` gives.
+The BioNeMo servicers (serving/bionemo_grpc.py) raise `ServiceError` itself. Either way the details are the same
+text as the HTTP error's message: the field and the item at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+
+from serving.errors import ServiceError, grpc_status
+
+_current_call: ContextVar[grpc.aio.ServicerContext] = ContextVar("bionemo_grpc_call")
+
+
+class GrpcErrorReply(BaseException):
+    """A `ServiceError` on its way out of BentoML's servicer to `ServiceErrorInterceptor`, which answers it."""
+
+    def __init__(self, error: ServiceError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def invocation_metadata() -> dict[str, str]:
+    """The metadata of the gRPC call being answered, keys in lower case (as gRPC sends them)."""
+    metadata = _current_call.get().invocation_metadata() or ()
+    return {key.lower(): value for key, value in metadata if isinstance(value, str)}  # `-bin` keys hold bytes
+
+
+class ServiceErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Around every unary call: records the call for `invocation_metadata`, and answers a `ServiceError` (bare, or
+    wrapped in `GrpcErrorReply`) with its gRPC code and message."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        behavior = handler.unary_unary
+
+        async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            token = _current_call.set(context)
+            try:
+                return await behavior(request, context)
+            except GrpcErrorReply as reply:
+                await context.abort(grpc_status(reply.error), str(reply.error))
+            except ServiceError as error:
+                await context.abort(grpc_status(error), str(error))
+            finally:
+                _current_call.reset(token)
+
+        return grpc.unary_unary_rpc_method_handler(
+            answer, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )

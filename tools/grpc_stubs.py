@@ -1,0 +1,72 @@
+"""The committed gRPC stubs, written by grpcio-tools (pinned with protobuf in pyproject.toml):
+
+    python -m tools.grpc_stubs
+
+- BentoML's own `bentoml/grpc/<version>/service.proto`, from the installed bentoml, into
+  `serving/bentoml_grpc_stubs/<version>_service_pb2*.py` (why: serving/bentoml_grpc_stubs/__init__.py);
+- BioNeMo's GenerativeSampler protocols, `serving/protos/*.proto`, into `serving/protos/*_pb2*.py`.
+
+The stubs are committed rather than generated at install, so that the bento and the image need no protoc;
+tests/test_grpc_stubs.py generates them again and fails if a committed one differs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import bentoml
+
+ROOT = Path(__file__).resolve().parent.parent
+BENTOML_STUBS = ROOT / "serving" / "bentoml_grpc_stubs"
+BIONEMO_PROTOS = ROOT / "serving" / "protos"
+BENTOML_VERSIONS = ("v1", "v1alpha1")
+
+
+def _protoc(include: Path, protos: list[str], out: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{include}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            *protos,
+        ],
+        check=True,
+    )
+
+
+def generated_stubs() -> dict[Path, str]:
+    """Each stub's path in the repository and the text grpcio-tools writes for it now."""
+    stubs: dict[Path, str] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder)
+        site = Path(bentoml.__file__).resolve().parent.parent
+        _protoc(site, [f"bentoml/grpc/{version}/service.proto" for version in BENTOML_VERSIONS], out)
+        for version in BENTOML_VERSIONS:
+            for module in ("service_pb2", "service_pb2_grpc"):
+                stubs[BENTOML_STUBS / f"{version}_{module}.py"] = (
+                    out / "bentoml/grpc" / version / f"{module}.py"
+                ).read_text()
+        protos = sorted(BIONEMO_PROTOS.glob("*.proto"))
+        _protoc(ROOT, [str(proto.relative_to(ROOT)) for proto in protos], out)
+        for proto in protos:
+            for suffix in ("_pb2.py", "_pb2_grpc.py"):
+                generated = out / proto.relative_to(ROOT).with_name(proto.stem + suffix)
+                stubs[ROOT / generated.relative_to(out)] = generated.read_text()
+    return stubs
+
+
+def main() -> int:
+    for path, text in generated_stubs().items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
