@@ -27,6 +27,7 @@ from serving.encoding import Encoded, EncoderEngine
 from serving.errors import FieldProblem, InvalidRequest, ServiceError
 from serving.generation import MEGAMOLBART, MoleculeGenerator
 from serving.http_io import validation_error
+from serving.metrics import counted
 from serving.protocol import DecodeRequest, EmbedRequest, HiddenRequest
 from serving.protos import (
     esm1nv_pb2,
@@ -53,6 +54,14 @@ def _fields_named(names: dict[str, str]) -> Iterator[None]:
         raise type(error)(problems) from None
 
 
+@contextlib.contextmanager
+def _one_call(path: str, model: str, names: dict[str, str]) -> Iterator[None]:
+    """One call of a method: counted in the service's metrics under its gRPC path, its errors naming the message's
+    fields."""
+    with counted(path, model), _fields_named(names):
+        yield
+
+
 def _validated(request_type: type[RequestT], **values: object) -> RequestT:
     try:
         return request_type.model_validate(values)
@@ -66,10 +75,18 @@ def _shape(dim: list[int], rank: int, field: str) -> tuple[int, ...]:
     return tuple(dim)
 
 
+def _method_path(messages: ModuleType, method: str) -> str:
+    """The gRPC path of a GenerativeSampler method, the `endpoint` of its metrics: /<package>.GenerativeSampler/<method>."""
+    return f"/{messages.DESCRIPTOR.services_by_name['GenerativeSampler'].full_name}/{method}"
+
+
 class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
     """`bionemo.model.molecule.megamolbart.grpc.GenerativeSampler`, served by megamolbart."""
 
     SMILES_FIELDS = {"sequences": "smis", "hiddens": "hidden_states", "mask": "masks"}
+
+    def _call(self, method: str) -> contextlib.AbstractContextManager[None]:
+        return _one_call(_method_path(megamolbart_pb2, method), MEGAMOLBART, self.SMILES_FIELDS)
 
     def __init__(self, engine: EncoderEngine, generator: MoleculeGenerator, admission: Admission) -> None:
         self.engine, self.generator, self.admission = engine, generator, admission
@@ -77,7 +94,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
     async def SmilesToEmbedding(
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
-        with _fields_named(self.SMILES_FIELDS):
+        with self._call("SmilesToEmbedding"):
             embed = _validated(EmbedRequest, sequences=list(request.smis), model=MEGAMOLBART)
             vectors = (await self.admission.run(self.engine.embed(embed))).vectors
         return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
@@ -85,7 +102,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
     async def SmilesToHidden(
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
-        with _fields_named(self.SMILES_FIELDS):
+        with self._call("SmilesToHidden"):
             hidden = _validated(HiddenRequest, sequences=list(request.smis), model=MEGAMOLBART)
             encoded = await self.admission.run(_encode(self.engine, hidden, "smis"))
         return megamolbart_pb2.OutputSpec(
@@ -97,7 +114,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
     async def HiddenToSmis(
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
-        with _fields_named(self.SMILES_FIELDS):
+        with self._call("HiddenToSmis"):
             batch, length, hidden_size = _shape(list(request.dim), 3, "hidden_states [batch, length, hidden]")
             if len(request.hidden_states) != batch * length * hidden_size:
                 raise InvalidRequest.at(
@@ -127,7 +144,7 @@ class ProteinSampler:
     async def SeqToEmbedding(
         self, request: esm1nv_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> esm1nv_pb2.OutputSpec:
-        with _fields_named({"sequences": "seqs"}):
+        with _one_call(_method_path(self.messages, "SeqToEmbedding"), self.model, {"sequences": "seqs"}):
             hidden = _validated(HiddenRequest, sequences=list(request.seqs), model=self.model)
             encoded = await self.admission.run(_encode(self.engine, hidden, "seqs"))
         states = encoded.hidden_states

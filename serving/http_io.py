@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import hmac
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -44,7 +43,7 @@ from serving.errors import (
     http_status,
 )
 from serving.grpc_front import GrpcErrorReply, invocation_metadata
-from serving.metrics import model_label, record_request
+from serving.metrics import counted, model_label
 from serving.settings import current_settings
 
 RequestT = TypeVar("RequestT")
@@ -305,20 +304,13 @@ class Endpoints:
         def register(handler: Handler) -> Handler:
             @functools.wraps(handler)
             async def answer(parsed: Any) -> Any:
-                started = time.perf_counter()
-
-                def record(failure: Exception | None) -> None:
-                    record_request(route, model_label(parsed, model), failure, time.perf_counter() - started)
-
                 try:
-                    result = parsed if isinstance(parsed, ServiceError) else await self.admission.run(handler(parsed))
-                except ServiceError as error:
-                    result = error
-                except Exception as bug:  # BentoML answers it with a 500
-                    record(bug)
-                    raise
-                record(result if isinstance(result, ServiceError) else None)  # not a cancelled one: nobody was answered
-                return result
+                    with counted(route, model_label(parsed, model)):
+                        if isinstance(parsed, ServiceError):
+                            raise parsed
+                        return await self.admission.run(handler(parsed))
+                except ServiceError as error:  # any other exception is a bug: BentoML answers it with a 500
+                    return error
 
             del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
             self.service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)

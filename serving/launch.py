@@ -36,6 +36,7 @@ from tritonserver_setup.readiness import free_loopback_port
 USAGE = "usage: python -m serving.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
 GRPC_FLAG = "--grpc"
 BENTOML_CONFIG_VARIABLE = "BENTOML_CONFIG_OPTIONS"
+PROMETHEUS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -58,9 +59,18 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
     if grpc:  # the settings' items last: they win over the same keys in the inherited options
         bentoml_options = [environment.get(BENTOML_CONFIG_VARIABLE, ""), *settings.grpc_config_options()]
         child_environment[BENTOML_CONFIG_VARIABLE] = " ".join(option for option in bentoml_options if option)
+        # BentoML 1.4.39 starts serve-grpc's metrics server without the directory where its API workers write their
+        # metrics (every scrape was a 500): it inherits this environment, so it gets the same one from here.
+        child_environment.setdefault(PROMETHEUS_DIRECTORY_VARIABLE, prometheus_directory(environment))
     serve = "serve-grpc" if grpc else "serve"
     command = [sys.executable, "-m", "bentoml", serve, target, "--production", *settings.serve_arguments()]
     return command + serve_arguments, child_environment
+
+
+def prometheus_directory(environment: Mapping[str, str]) -> str:
+    """Where BentoML's API workers keep their metrics: `prometheus_multiproc_dir` in BentoML's home."""
+    home = environment.get("BENTOML_HOME", os.path.join(os.path.expanduser("~"), "bentoml"))
+    return os.path.join(home, "prometheus_multiproc_dir")
 
 
 def record_runtimes(settings: Settings) -> None:

@@ -18,9 +18,10 @@ appear once per scrape whatever the number of workers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 import aiohttp
@@ -104,6 +105,19 @@ def record_request(endpoint: str, model: str, failure: Exception | None, seconds
     if error is not None:
         REQUEST_ERRORS.labels(endpoint, model, str(status), error).inc()
     _durations(endpoint, model).observe(seconds)
+
+
+@contextlib.contextmanager
+def counted(endpoint: str, model: str) -> Iterator[None]:
+    """Record the request answered inside: a success, or the exception it ends with (a `ServiceError`'s status, any
+    other a 500); a cancelled one answered nobody and is not counted."""
+    started = time.perf_counter()
+    try:
+        yield
+    except Exception as failure:
+        record_request(endpoint, model, failure, time.perf_counter() - started)
+        raise
+    record_request(endpoint, model, None, time.perf_counter() - started)
 
 
 def record_encoder_batches(model: str, tokens_per_row: list[int], positions_sent: int) -> None:

@@ -76,7 +76,7 @@ def start_service(command: list[str], cwd: Path, environment: dict[str, str], gr
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env.update(environment, BIONEMO_HOST="127.0.0.1", BIONEMO_PORT=str(port))
     if grpc:
-        env["BIONEMO_GRPC_METRICS_PORT"] = str(free_loopback_port())
+        env.setdefault("BIONEMO_GRPC_METRICS_PORT", str(free_loopback_port()))
     log_path = Path(tempfile.mkstemp(prefix="bentoml-serve-", suffix=".log")[1])
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -17,8 +17,11 @@ from types import ModuleType
 import grpc
 import numpy as np
 import pytest
+import requests
 from bentoml.client import Client
 from conftest import ROOT, RunningService, start_launcher, stop_service
+from prometheus_client.parser import text_string_to_metric_families
+from tritonserver_setup.readiness import free_loopback_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from reference import TransformersReference
@@ -32,10 +35,14 @@ PROTEINS = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "MKT", "XBUZOACDEFGHIKL
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1O"]
 
 
+METRICS_PORT = free_loopback_port()
+
+
 @pytest.fixture(scope="module")
 def grpc_service() -> Iterator[RunningService]:
     running = start_launcher(
         {
+            "BIONEMO_GRPC_METRICS_PORT": str(METRICS_PORT),
             "BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN,
             "BIONEMO_MAX_REQUEST_BYTES": str(MAX_MESSAGE_BYTES),
             "BIONEMO_ESM1NV_GRPC_MODEL": "esm2nv",
@@ -267,3 +274,34 @@ def test_bionemo_bad_input_is_invalid_argument_naming_the_item(
         assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, (field, error)
         assert error.details().startswith(field), (field, error.details())
     assert len(client.embed({"sequences": ["MKT"]})["embeddings"]) == 1  # still answering
+
+
+def requests_answered() -> dict[tuple[str, str, str], float]:
+    """bionemo_requests_total of the gRPC server's metrics port (BentoML serves them at /): (endpoint, model, status
+    class) -> count."""
+    answer = requests.get(f"http://127.0.0.1:{METRICS_PORT}/", timeout=10)
+    assert answer.status_code == 200, answer.text
+    text = answer.text
+    (family,) = [family for family in text_string_to_metric_families(text) if family.name == "bionemo_requests"]
+    return {
+        (sample.labels["endpoint"], sample.labels["model"], sample.labels["status_class"]): sample.value
+        for sample in family.samples
+        if sample.name == "bionemo_requests_total"
+    }
+
+
+def test_every_grpc_front_is_counted_in_the_metrics(
+    channel: grpc.Channel, client: Client, bionemo_stubs: dict[str, tuple[ModuleType, ModuleType]]
+) -> None:
+    """BentoService's APIs under their routes, BioNeMo's methods under their gRPC paths, by model and status class."""
+    messages, services = bionemo_stubs["megamolbart"]
+    sampler = services.GenerativeSamplerStub(channel)
+    embedding = "/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/SmilesToEmbedding"
+    counted = [(embedding, "megamolbart", "2xx"), (embedding, "megamolbart", "4xx"), ("/embed", "esm2nv", "2xx")]
+    before = requests_answered()
+    for _ in range(2):
+        sampler.SmilesToEmbedding(messages.InputSpec(smis=SMILES), timeout=60)
+    call_error(sampler.SmilesToEmbedding, messages.InputSpec(smis=["C1CC"]), timeout=60)
+    client.embed({"sequences": PROTEINS, "model": "esm2nv"})
+    after = requests_answered()
+    assert [after.get(key, 0) - before.get(key, 0) for key in counted] == [2, 1, 1]
