@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from model_catalog import Capability
 from serving.admission import Admission
 from serving.encoding import Encoded, EncoderEngine
-from serving.errors import FieldProblem, InvalidRequest, ServiceError
+from serving.errors import InvalidRequest, ServiceError
 from serving.generation import MEGAMOLBART, MoleculeGenerator
 from serving.http_io import validation_error
 from serving.metrics import counted
@@ -47,11 +47,12 @@ def _fields_named(names: dict[str, str]) -> Iterator[None]:
     try:
         yield
     except ServiceError as error:
-        problems = []
-        for problem in error.problems:
-            head, bracket, rest = problem.field.partition("[")
-            problems.append(FieldProblem(names.get(head, head) + bracket + rest, problem.message))
-        raise type(error)(problems) from None
+        raise error.renamed(functools.partial(_field_named, names)) from None
+
+
+def _field_named(names: dict[str, str], field: str) -> str:
+    head, bracket, rest = field.partition("[")
+    return names.get(head, head) + bracket + rest
 
 
 @contextlib.contextmanager
@@ -75,9 +76,14 @@ def _shape(dim: list[int], rank: int, field: str) -> tuple[int, ...]:
     return tuple(dim)
 
 
+def _service_name(messages: ModuleType) -> str:
+    """`<package>.GenerativeSampler`, as gRPC, reflection and health name the service of a package's messages."""
+    return messages.DESCRIPTOR.services_by_name["GenerativeSampler"].full_name
+
+
 def _method_path(messages: ModuleType, method: str) -> str:
     """The gRPC path of a GenerativeSampler method, the `endpoint` of its metrics: /<package>.GenerativeSampler/<method>."""
-    return f"/{messages.DESCRIPTOR.services_by_name['GenerativeSampler'].full_name}/{method}"
+    return f"/{_service_name(messages)}/{method}"
 
 
 class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
@@ -179,5 +185,4 @@ def mount(
         (functools.partial(ProtT5nvSampler, "prott5nv", engine, admission), prott5nv_pb2, prott5nv_pb2_grpc),
     )
     for servicer, messages, services in mounts:
-        name = messages.DESCRIPTOR.services_by_name["GenerativeSampler"].full_name  # listed by reflection, health
-        service.mount_grpc_servicer(servicer, services.add_GenerativeSamplerServicer_to_server, [name])
+        service.mount_grpc_servicer(servicer, services.add_GenerativeSamplerServicer_to_server, [_service_name(messages)])

@@ -7,6 +7,7 @@ away is a 503 (UNAVAILABLE). Only a bug is a 500 (INTERNAL).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Self
@@ -30,6 +31,10 @@ class ServiceError(Exception):
     @classmethod
     def at(cls, field: str, message: str) -> Self:
         return cls([FieldProblem(field, message)])
+
+    def renamed(self, rename: Callable[[str], str]) -> Self:
+        """The same error with each field as another front's request names it (`sequences[1]` -> `input[1]`)."""
+        return type(self)([FieldProblem(rename(problem.field), problem.message) for problem in self.problems])
 
 
 class Unauthorized(ServiceError):

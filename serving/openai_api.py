@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from model_catalog import Capability
 from serving.encoding import EncoderEngine
-from serving.errors import ERROR_TYPES, FieldProblem, InvalidRequest, ServiceError, http_status
+from serving.errors import ERROR_TYPES, InvalidRequest, ServiceError, http_status
 from serving.http_io import JSONOutput, validation_error
 from serving.payloads import encode_arrays
 from serving.model_registry import ModelRegistry
@@ -168,7 +168,7 @@ class OpenAIFront:
         try:
             return await self._embeddings(request)
         except ServiceError as error:
-            raise type(error)([FieldProblem(request.field_name(p.field), p.message) for p in error.problems]) from None
+            raise error.renamed(request.field_name) from None
 
     async def _embeddings(self, request: OpenAIEmbeddingRequest) -> OpenAIEmbeddingResponse:
         try:

@@ -8,7 +8,6 @@ move Triton off loopback, or that the service's settings own, are refused.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 from collections.abc import Sequence
@@ -28,7 +27,6 @@ _ENDPOINT_KEYS = frozenset(
         "allow-vertex-ai", "vertex-ai-port",
     }
 )  # fmt: skip
-_LOOPBACK_ONLY_KEYS = frozenset({"metrics-address"})
 # The service runs Triton's metrics on a free 127.0.0.1 port and merges them into its own GET /metrics.
 _METRICS_ENDPOINT_KEYS = frozenset({"metrics-address", "metrics-port"})
 SETTING_FOR_KEY = {
@@ -53,15 +51,6 @@ class TritonOption:
         return f"--{self.key}={self.value}"
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def parse_option(text: str, source: str = FLAG) -> TritonOption:
     """One `KEY=VALUE` (as `model-control-mode=explicit`), or a TritonOptionError saying what is wrong."""
     key, separator, value = text.partition("=")
@@ -75,8 +64,6 @@ def parse_option(text: str, source: str = FLAG) -> TritonOption:
             f"{source} {text!r}: refused; the service runs tritonserver on a private 127.0.0.1 HTTP port "
             "and exposes only its own API"
         )
-    if key in _LOOPBACK_ONLY_KEYS and not _is_loopback(value):
-        raise TritonOptionError(f"{source} {text!r}: refused; tritonserver may only listen on loopback")
     if key in _METRICS_ENDPOINT_KEYS:
         raise TritonOptionError(
             f"{source} {text!r}: refused; the service runs Triton's metrics on a free 127.0.0.1 port and serves them "

@@ -133,7 +133,7 @@ def test_split_takes_both_spellings_and_keeps_the_rest_in_order() -> None:
         (["--triton-options", "grpc-port=8001"], "refused"),
         (["--triton-options", "allow-grpc=true"], "refused"),
         (["--triton-options", "allow-sagemaker=true"], "refused"),
-        (["--triton-options", "metrics-address=0.0.0.0"], "only listen on loopback"),
+        (["--triton-options", "metrics-address=0.0.0.0"], "runs Triton's metrics on a free 127.0.0.1 port"),
         (["--triton-options", "model-repository=/models"], "set BIONEMO_MODEL_REPOSITORY instead"),
         (["--triton-options", "log-verbose=1"], "set BIONEMO_TRITON_LOG_VERBOSE instead"),
         (["--triton-options", "model-config-name=h100"], "set BIONEMO_TARGET instead"),
