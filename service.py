@@ -53,6 +53,7 @@ from serving.protocol import (
 )
 from serving.settings import current_settings
 from serving.tracing import trace_only_when_collected
+from serving.triton_infer import TritonInferClient
 
 settings = current_settings()
 trace_only_when_collected()
@@ -71,7 +72,7 @@ svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed
 admission = Admission(settings.max_in_flight, settings.request_timeout_s)
 endpoint = Endpoints(svc, admission)
 registry = ModelRegistry(triton)
-engine = EncoderEngine(triton, registry)
+engine = EncoderEngine(TritonInferClient.of_runner(triton), registry)
 generator = MoleculeGenerator(engine)
 bionemo_grpc.mount(svc, engine, generator, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services
 openai_front = OpenAIFront(engine, registry)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import tritonclient.http.aio as triton_http
 
 from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, SequenceTooLong, Tokenizer, l2_normalize, tokenizer_for
@@ -23,12 +21,8 @@ from serving.protocol import (
     Pooling,
     SequencesRequest,
 )
+from serving.triton_infer import TritonInferClient
 from serving.triton_models import ServedModel
-
-UNCOMPRESSED = {"Accept-Encoding": "identity"}
-"""The runner's aiohttp session offers gzip by default, and Triton then gzips every output tensor (megabytes
-of hidden states) for the worker next to it to unzip: 93-178 ms per request in `make bench`."""
-
 
 @dataclass(frozen=True)
 class Embeddings:
@@ -53,8 +47,8 @@ class Encoded:
 class EncoderEngine:
     """Turns validated requests into Triton calls; one instance per API worker."""
 
-    def __init__(self, runner: Any, registry: ModelRegistry) -> None:
-        self.runner, self.registry = runner, registry
+    def __init__(self, triton: TritonInferClient, registry: ModelRegistry) -> None:
+        self.triton, self.registry = triton, registry
         self.tokenizers: dict[str, Tokenizer] = {name: tokenizer_for(description) for name, description in MODELS.items()}
 
     async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
@@ -166,9 +160,8 @@ class EncoderEngine:
         """Run one graph of `model` at its version and return its `output`; Triton away is a 503.
 
         A batch larger than the graph's max_batch_size goes as several concurrent calls (a
-        graph Triton does not batch, max_batch_size 0, takes its arrays whole). The
-        runner's client `infer` is called directly: it takes a version and headers, and needs no
-        metadata round trip per call (the config was read once, at discovery).
+        graph Triton does not batch, max_batch_size 0, takes its arrays whole). No metadata
+        round trip per call: the config was read once, at discovery.
         """
         graph = model.graph(role)
         rows = len(next(iter(arrays.values())))
@@ -179,11 +172,4 @@ class EncoderEngine:
             ]
             return np.concatenate(await asyncio.gather(*(self.infer(model, role, part, output) for part in parts)))
         with self.registry.calling(f"{graph.name} version {model.version}"):
-            result = await self.runner.infer(
-                graph.name,
-                graph.infer_inputs(arrays),
-                model_version=str(model.version),
-                outputs=[triton_http.InferRequestedOutput(output, binary_data=True)],
-                headers=UNCOMPRESSED,
-            )
-        return result.as_numpy(output)
+            return await self.triton.infer(graph.name, model.version, graph.infer_inputs(arrays), output)
