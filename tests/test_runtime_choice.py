@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
-from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine
+from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine, process_start
 from model_catalog import DECODER, MODELS, GraphRole
 from serving.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model, instance_threads
 from test_cached_decoder import DECODER_RUNTIMES
@@ -272,10 +272,25 @@ def test_a_file_its_runtime_cannot_run_is_left_out_not_fatal(repository: Path) -
 
 def test_the_boards_of_ended_tritonservers_are_removed() -> None:
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = CoreShare.BOARDS / f"{CoreShare.PREFIX}{ended.stdout.strip()}"
-    live = CoreShare.BOARDS / f"{CoreShare.PREFIX}{os.getpid()}"  # this process stands for a running server
-    for board in (stale, live):
+    me = os.getpid()  # this process stands for a running server
+    live = CoreShare.BOARDS / f"{CoreShare.PREFIX}{me}-{process_start(me)}"
+    stale = [
+        CoreShare.BOARDS / f"{CoreShare.PREFIX}{ended.stdout.strip()}-1",
+        CoreShare.BOARDS / f"{CoreShare.PREFIX}{me}-{process_start(me) + 1}",  # an ended server whose pid is reused
+        CoreShare.BOARDS / f"{CoreShare.PREFIX}{me}",  # named as before start times were
+    ]
+    for board in (live, *stale):
         board.write_bytes(bytes(16))
     CoreShare.remove_stale_boards()
-    assert not stale.exists() and live.exists()
+    assert live.exists() and not any(board.exists() for board in stale)
     live.unlink()
+
+
+def test_a_busy_slot_whose_pid_went_to_another_process_is_neither_busy_nor_held(tmp_path: Path) -> None:
+    board = tmp_path / "board"
+    killed, observer = CoreShare(2, board), CoreShare(2, board)
+    killed.busy[killed.slot] = 1  # a stub killed mid-run leaves its busy byte set...
+    killed.started[killed.slot] -= 1  # ...and its pid may go to another process (here: this one)
+    with observer.running() as threads:
+        assert threads == 2
+    assert CoreShare(2, board).slot == killed.slot

@@ -213,11 +213,15 @@ class CoreShare:
     A lone request runs on every core; under load each busy instance gets its share, so instances never
     oversubscribe the cores (two instances of two spinning threads halved throughput on 2 cores), except for the
     rest of a run that started alone when another instance starts. The instances' python-backend stubs are
-    processes of one tritonserver: each owns a slot of a small board in /dev/shm named after it (its pid, the stubs'
-    parent), holding the slot owner's pid and a busy byte, claimed under a file lock; a dead owner's slot is free.
+    processes of one tritonserver: each owns a slot of a small board in /dev/shm named after it (the stubs' parent),
+    holding the slot owner and a busy byte, claimed under a file lock; a dead owner's slot is free. A process is
+    its pid and its start time: pids are reused (pid_max is 32768 on many hosts), and a reused pid taken for a
+    stub killed while busy would halve every lone request for the rest of the server's life.
     """
 
     SLOTS = 256
+    SLOT_BYTES = 8 + 4 + 1
+    """Owner's start time (int64), owner's pid (int32), busy byte."""
 
     BOARDS = Path("/dev/shm")
     PREFIX = "bionemo-core-share-"
@@ -226,17 +230,20 @@ class CoreShare:
         self.cores = cores
         if board is None:
             self.remove_stale_boards()
-        path = board or self.BOARDS / f"{self.PREFIX}{os.getppid()}"
+        server = os.getppid()
+        path = board or self.BOARDS / f"{self.PREFIX}{server}-{process_start(server)}"
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
-            if os.fstat(descriptor).st_size < self.SLOTS * 5:
-                os.ftruncate(descriptor, self.SLOTS * 5)
-            self.board = mmap.mmap(descriptor, self.SLOTS * 5)
-            self.owners = memoryview(self.board)[: self.SLOTS * 4].cast("i")
-            self.busy = memoryview(self.board)[self.SLOTS * 4 :]
-            self.slot = next(slot for slot in range(self.SLOTS) if not _alive(self.owners[slot]))
-            self.owners[self.slot], self.busy[self.slot] = os.getpid(), 0
+            if os.fstat(descriptor).st_size < self.SLOTS * self.SLOT_BYTES:
+                os.ftruncate(descriptor, self.SLOTS * self.SLOT_BYTES)
+            self.board = mmap.mmap(descriptor, self.SLOTS * self.SLOT_BYTES)
+            self.started = memoryview(self.board)[: self.SLOTS * 8].cast("q")
+            self.owners = memoryview(self.board)[self.SLOTS * 8 : self.SLOTS * 12].cast("i")
+            self.busy = memoryview(self.board)[self.SLOTS * 12 :]
+            self.slot = next(slot for slot in range(self.SLOTS) if not self._owner_alive(slot))
+            me = os.getpid()
+            self.owners[self.slot], self.started[self.slot], self.busy[self.slot] = me, process_start(me), 0
         finally:
             fcntl.flock(descriptor, fcntl.LOCK_UN)
             os.close(descriptor)
@@ -245,28 +252,29 @@ class CoreShare:
     def remove_stale_boards(cls) -> None:
         """The boards of tritonservers that have ended (each leaves one behind; nothing else would remove it)."""
         for board in cls.BOARDS.glob(f"{cls.PREFIX}*"):
-            server = board.name.removeprefix(cls.PREFIX)
-            if server.isdigit() and not _alive(int(server)):
+            pid, _, started = board.name.removeprefix(cls.PREFIX).partition("-")
+            if not (pid.isdigit() and started.isdigit() and process_start(int(pid)) == int(started)):
                 board.unlink(missing_ok=True)
+
+    def _owner_alive(self, slot: int) -> bool:
+        return self.owners[slot] > 0 and process_start(self.owners[slot]) == self.started[slot]
 
     @contextlib.contextmanager
     def running(self) -> Iterator[int]:
         """Mark this instance busy for the block; yields its thread count, read as the block starts."""
         self.busy[self.slot] = 1
         try:
-            others = sum(1 for slot in range(self.SLOTS) if self.busy[slot] and slot != self.slot and _alive(self.owners[slot]))
+            others = sum(1 for slot in range(self.SLOTS) if self.busy[slot] and slot != self.slot and self._owner_alive(slot))
             yield max(1, self.cores // (1 + others))
         finally:
             self.busy[self.slot] = 0
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
+def process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat's 22nd field); None if there is none."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(fields[19])
