@@ -44,6 +44,7 @@ from serving.errors import (
 )
 from serving.grpc_front import GrpcErrorReply, invocation_metadata
 from serving.metrics import counted, model_label
+from serving.proto_values import to_value
 from serving.settings import current_settings
 
 RequestT = TypeVar("RequestT")
@@ -277,9 +278,9 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
         return await super().to_http_response(obj, ctx)
 
     async def to_proto(self, obj: Any) -> Any:
-        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value."""
+        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (serving/proto_values.py)."""
         if isinstance(obj, BaseModel):
-            return json_format.ParseDict(obj.model_dump(mode="json"), struct_pb2.Value())
+            return to_value(obj.model_dump(mode="json"))
         return await super().to_proto(obj)
 
 
