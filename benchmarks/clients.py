@@ -90,7 +90,9 @@ class GrpcEmbedder:
         from bentoml.grpc.v1 import service_pb2, service_pb2_grpc
 
         self.messages = service_pb2
-        self.channel = grpc.insecure_channel(triton_address(url))
+        # Each client its own connection, as each HTTP user has: grpcio otherwise shares one among all channels to an
+        # address, and with it every user's call would go to one API worker of the two.
+        self.channel = grpc.insecure_channel(triton_address(url), options=[("grpc.use_local_subchannel_pool", 1)])
         self.call = service_pb2_grpc.BentoServiceStub(self.channel).Call
 
     def embed(self, sequences: list[str]) -> np.ndarray:
