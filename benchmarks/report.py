@@ -380,9 +380,9 @@ def write(path: Path, run: Run) -> None:
         "",
         "## Sequential one-sequence requests",
         "",
-        f"{run.args.probe} single proteins, one request at a time, sent to each contender of a server in turn (so "
-        "the service and direct Triton are compared request by request); answers checked against transformers on "
-        "the same weights.",
+        f"{run.args.probe} single proteins, one request at a time, each sent to every contender in turn with all "
+        "their servers running (so all are compared request by request, in the same minutes); answers checked "
+        "against transformers on the same weights.",
         "",
         *_probe_table(run),
         "",

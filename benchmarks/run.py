@@ -2,11 +2,13 @@
 
     python -m benchmarks.run [--seconds 10] [--users 1 4 16 32] [--contenders service naive ...]
 
-For each server in turn (contenders of one server share it): start it on a free
-loopback port and wait for it (bounded), warm every contender up, check its
-answers against torch and time sequential one-sequence requests (interleaved
-across the contenders of that server), run locust headless for every number of
-users, stop it by PID. Then regenerate docs/benchmarks.md and docs/benchmarks.png.
+First every server at once, each on a free loopback port (waited for, bounded):
+sequential one-sequence requests, each sequence to every contender in turn, with
+the answers checked against torch; so the lone-request latencies are compared
+request by request, not minutes apart on a machine whose speed drifts. Then for
+each server in turn (contenders of one server share it): start it, warm every
+contender up, run locust headless for every number of users, stop it by PID.
+Then regenerate docs/benchmarks.md and docs/benchmarks.png.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from benchmarks.clients import Embedder
 from benchmarks.contenders import CONTENDERS, Contender
 from benchmarks.flops import EncoderShape, matmul_gflops
 from benchmarks.measure import Point, Probe, probe, run_point
+from benchmarks.processes import Server
 from benchmarks.torch_esm import TorchEmbedder
 from benchmarks.workload import embed_request, protein
 
@@ -44,27 +47,44 @@ def torch_answers(sequences: list[str]) -> np.ndarray:
     return np.concatenate([model.embed([sequence]) for sequence in sequences])
 
 
-def measure_server(
-    contenders: list[Contender],
-    args: argparse.Namespace,
-    sequences: list[str],
-    reference: np.ndarray,
-    shape: EncoderShape,
-) -> tuple[list[Point], dict[str, Probe]]:
-    """Every measurement of the contenders that share one server, between its start and its stop."""
+def warm_up(clients: dict[str, Embedder]) -> None:
+    rng = random.Random(WARMUP_SEED)
+    for _ in range(WARMUP_REQUESTS):
+        request = embed_request(rng)
+        for client in clients.values():
+            client.embed(request.sequences)
+
+
+def measure_lone_requests(contenders: list[Contender], sequences: list[str], reference: np.ndarray) -> dict[str, Probe]:
+    """The sequential probe of every contender with a client, all their servers running at once."""
+    servers = list(dict.fromkeys(c.server for c in contenders if c.client is not None))
+    running: dict[Server, processes.Running] = {}
+    clients: dict[str, Embedder] = {}
+    try:
+        for server in servers:
+            log(f"{server.name}: starting, for the sequential probe")
+            running[server] = processes.start(server)
+        clients.update((c.name, c.client(c.url(running[c.server]))) for c in contenders if c.client is not None)
+        warm_up(clients)
+        log(f"sequential probe: {len(sequences)} proteins to each of {', '.join(clients)} in turn")
+        return probe(clients, sequences, reference) if clients else {}
+    finally:
+        for client in clients.values():
+            client.close()
+        for started in running.values():
+            processes.stop(started)
+
+
+def measure_server(contenders: list[Contender], args: argparse.Namespace, shape: EncoderShape) -> list[Point]:
+    """Every throughput point of the contenders that share one server, between its start and its stop."""
     server = contenders[0].server
     log(f"{server.name}: starting")
     running = processes.start(server)
-    log(f"{server.name}: ready; warm-up and the sequential probe")
+    log(f"{server.name}: ready; warm-up")
     clients: dict[str, Embedder] = {}
     try:
         clients.update((c.name, c.client(c.url(running))) for c in contenders if c.client is not None)
-        rng = random.Random(WARMUP_SEED)
-        for _ in range(WARMUP_REQUESTS):
-            request = embed_request(rng)
-            for client in clients.values():
-                client.embed(request.sequences)
-        probes = probe(clients, sequences, reference) if clients else {}
+        warm_up(clients)
         points = []
         for contender in contenders:
             for users in args.users if contender.workload == "embed" else args.generate_users:
@@ -75,7 +95,7 @@ def measure_server(
                     f"other CPU {100 * point.other_cpu:3.0f} %"
                 )
                 points.append(point)
-        return points, probes
+        return points
     finally:
         for client in clients.values():
             client.close()
@@ -103,12 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     reference = torch_answers(sequences)
 
     chosen = [c for c in CONTENDERS if c.name in args.contenders]
+    probes = measure_lone_requests(chosen, sequences, reference)
     points: list[Point] = []
-    probes: dict[str, Probe] = {}
     for _, group in itertools.groupby(chosen, key=lambda c: c.server):
-        group_points, group_probes = measure_server(list(group), args, sequences, reference, shape)
-        points += group_points
-        probes |= group_probes
+        points += measure_server(list(group), args, shape)
 
     command = "python -m benchmarks.run " + shlex.join(argv if argv is not None else sys.argv[1:])
     report.write(
