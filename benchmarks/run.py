@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2, help="seconds at the start of each point left out")
     parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16, 32], help="the concurrency sweep")
     parser.add_argument("--generate-users", type=int, nargs="+", default=[1, 16], help="users for /generate")
-    parser.add_argument("--probe", type=int, default=30, help="sequential one-sequence requests per contender")
+    parser.add_argument("--probe", type=int, default=60, help="sequential one-sequence requests per contender")
     parser.add_argument(
         "--contenders", nargs="+", choices=[c.name for c in CONTENDERS], default=[c.name for c in CONTENDERS]
     )
