@@ -91,11 +91,11 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
 
     SMILES_FIELDS = {"sequences": "smis", "hiddens": "hidden_states", "mask": "masks"}
 
-    def _call(self, method: str) -> contextlib.AbstractContextManager[None]:
-        return _one_call(_method_path(megamolbart_pb2, method), MEGAMOLBART, self.SMILES_FIELDS)
-
     def __init__(self, engine: EncoderEngine, generator: MoleculeGenerator, admission: Admission) -> None:
         self.engine, self.generator, self.admission = engine, generator, admission
+
+    def _call(self, method: str) -> contextlib.AbstractContextManager[None]:
+        return _one_call(_method_path(megamolbart_pb2, method), MEGAMOLBART, self.SMILES_FIELDS)
 
     async def SmilesToEmbedding(
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext

@@ -13,6 +13,7 @@ ConnectionError.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -107,8 +108,13 @@ class TritonInferClient:
 
     def __init__(self, address: Callable[[], str]) -> None:
         """`address` gives `host:port` once the server is known: the runner's address is set in each API worker."""
-        self._address = address
+        self._find_address = address
         self._idle: list[TritonConnection] = []
+
+    @functools.cached_property
+    def _address(self) -> str:
+        """Asked once, at the first call: a worker's runner address does not change."""
+        return self._find_address()
 
     @classmethod
     def of_runner(cls, runner: Any) -> TritonInferClient:
@@ -151,7 +157,7 @@ class TritonInferClient:
             self._idle.pop().close()
 
     async def _connect(self) -> TritonConnection:
-        host, _, port = self._address().rpartition(":")
+        host, _, port = self._address.rpartition(":")
         _, connection = await asyncio.get_running_loop().create_connection(TritonConnection, host, int(port))
         return connection
 
@@ -173,7 +179,7 @@ class TritonInferClient:
         length = len(header) + sum(tensor.nbytes for tensor in tensors)
         head = (
             f"POST /v2/models/{model}/versions/{version}/infer HTTP/1.1\r\n"
-            f"Host: {self._address()}\r\n"
+            f"Host: {self._address}\r\n"
             "Content-Type: application/octet-stream\r\n"
             f"Inference-Header-Content-Length: {len(header)}\r\n"
             f"Content-Length: {length}\r\n\r\n"

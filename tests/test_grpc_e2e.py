@@ -35,14 +35,17 @@ PROTEINS = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "MKT", "XBUZOACDEFGHIKL
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1O"]
 
 
-METRICS_PORT = free_loopback_port()
+@pytest.fixture(scope="module")
+def metrics_port() -> int:
+    """The gRPC server's Prometheus port, chosen as it starts."""
+    return free_loopback_port()
 
 
 @pytest.fixture(scope="module")
-def grpc_service() -> Iterator[RunningService]:
+def grpc_service(metrics_port: int) -> Iterator[RunningService]:
     running = start_launcher(
         {
-            "BIONEMO_GRPC_METRICS_PORT": str(METRICS_PORT),
+            "BIONEMO_GRPC_METRICS_PORT": str(metrics_port),
             "BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN,
             "BIONEMO_MAX_REQUEST_BYTES": str(MAX_MESSAGE_BYTES),
             "BIONEMO_ESM1NV_GRPC_MODEL": "esm2nv",
@@ -276,10 +279,10 @@ def test_bionemo_bad_input_is_invalid_argument_naming_the_item(
     assert len(client.embed({"sequences": ["MKT"]})["embeddings"]) == 1  # still answering
 
 
-def requests_answered() -> dict[tuple[str, str, str], float]:
+def requests_answered(metrics_port: int) -> dict[tuple[str, str, str], float]:
     """bionemo_requests_total of the gRPC server's metrics port (BentoML serves them at /): (endpoint, model, status
     class) -> count."""
-    answer = requests.get(f"http://127.0.0.1:{METRICS_PORT}/", timeout=10)
+    answer = requests.get(f"http://127.0.0.1:{metrics_port}/", timeout=10)
     assert answer.status_code == 200, answer.text
     text = answer.text
     (family,) = [family for family in text_string_to_metric_families(text) if family.name == "bionemo_requests"]
@@ -291,17 +294,17 @@ def requests_answered() -> dict[tuple[str, str, str], float]:
 
 
 def test_every_grpc_front_is_counted_in_the_metrics(
-    channel: grpc.Channel, client: Client, bionemo_stubs: dict[str, tuple[ModuleType, ModuleType]]
+    channel: grpc.Channel, client: Client, bionemo_stubs: dict[str, tuple[ModuleType, ModuleType]], metrics_port: int
 ) -> None:
     """BentoService's APIs under their routes, BioNeMo's methods under their gRPC paths, by model and status class."""
     messages, services = bionemo_stubs["megamolbart"]
     sampler = services.GenerativeSamplerStub(channel)
     embedding = "/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/SmilesToEmbedding"
     counted = [(embedding, "megamolbart", "2xx"), (embedding, "megamolbart", "4xx"), ("/embed", "esm2nv", "2xx")]
-    before = requests_answered()
+    before = requests_answered(metrics_port)
     for _ in range(2):
         sampler.SmilesToEmbedding(messages.InputSpec(smis=SMILES), timeout=60)
     call_error(sampler.SmilesToEmbedding, messages.InputSpec(smis=["C1CC"]), timeout=60)
     client.embed({"sequences": PROTEINS, "model": "esm2nv"})
-    after = requests_answered()
+    after = requests_answered(metrics_port)
     assert [after.get(key, 0) - before.get(key, 0) for key in counted] == [2, 1, 1]
