@@ -4,6 +4,7 @@ timings on this machine picked."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Iterator
@@ -47,13 +48,9 @@ def forced(request: pytest.FixtureRequest, repository: Path) -> Iterator[tuple[R
     stop_service(running)
 
 
-@pytest.fixture(scope="module", params=MODELS_CHECKED)
-def reference(request: pytest.FixtureRequest) -> TransformersReference:
-    return TransformersReference(request.param)
-
-
-def model_name(reference: TransformersReference) -> str:
-    return reference.folder.name
+reference = functools.cache(TransformersReference)
+"""One per model for the whole module: a parametrized fixture here would make pytest start a runtime's service
+twice, interleaving the runtimes to keep each reference's tests together."""
 
 
 def served_runtimes(service: RunningService, model: str) -> list[tuple[str, str, str]]:
@@ -62,11 +59,9 @@ def served_runtimes(service: RunningService, model: str) -> list[tuple[str, str,
     return [(graph["triton_model"], graph["runtime"], graph["chosen_by"]) for graph in info["runtimes"]]
 
 
-def test_the_forced_runtime_serves_what_transformers_computes(
-    forced: tuple[Runtime, RunningService], reference: TransformersReference
-) -> None:
+@pytest.mark.parametrize("model", MODELS_CHECKED)
+def test_the_forced_runtime_serves_what_transformers_computes(forced: tuple[Runtime, RunningService], model: str) -> None:
     runtime, service = forced
-    model = model_name(reference)
     assert served_runtimes(service, model) == [(model, runtime.value, "BIONEMO_RUNTIME")]
     sequences = mixed_sequences(model)  # 1 residue to the model's limit in one request: several length buckets
     embedded = requests.post(f"{service.url}/embed", json={"sequences": sequences, "model": model}, timeout=120)
@@ -74,8 +69,8 @@ def test_the_forced_runtime_serves_what_transformers_computes(
     assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
     states = np.asarray(hidden.json()["hiddens"])
     for row, (sequence, vector) in enumerate(zip(sequences, embedded.json()["embeddings"])):
-        assert np.abs(np.asarray(vector) - reference.mean_embedding(sequence)).max() < TOLERANCE, (runtime, row)
-        expected = reference.hidden_states(sequence)
+        assert np.abs(np.asarray(vector) - reference(model).mean_embedding(sequence)).max() < TOLERANCE, (runtime, row)
+        expected = reference(model).hidden_states(sequence)
         assert np.abs(states[row, : len(expected)] - expected).max() < TOLERANCE, (runtime, row)
 
 
@@ -96,7 +91,7 @@ def test_the_forced_runtime_decodes_what_transformers_generates(forced: tuple[Ru
     mask = np.ones((4, 9), dtype=np.int64)
     mask[1, 5:] = mask[3, 2:] = 0
     hiddens[mask == 0] = 0
-    expected = greedy_reference(TransformersReference(MOLECULES), hiddens, mask, 12)
+    expected = greedy_reference(reference(MOLECULES), hiddens, mask, 12)
     assert len(set(expected)) == 4  # the comparison has teeth
     body = {"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 12}
     answer = requests.post(f"{service.url}/decode", json=body, timeout=120)
