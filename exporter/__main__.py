@@ -17,6 +17,8 @@ from exporter.architectures import create_default_checkpoint  # noqa: E402
 from exporter.errors import ExportError  # noqa: E402
 from exporter.pipeline import Optimizer, export_model  # noqa: E402
 from exporter.progress import PrintedProgress  # noqa: E402
+from exporter.runtime_export import CONVERTERS  # noqa: E402
+from exporter.triton_backend.runtimes import Runtime  # noqa: E402
 from model_catalog import MODELS, ModelDescription, Target  # noqa: E402
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
@@ -59,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
         "--versions-served", type=_positive, help="Triton serves the newest N versions side by side (default: 1)"
     )
     export.add_argument("--response-cache", action="store_true", help="enable Triton's response cache for the model")
+    export.add_argument(
+        "--runtimes", nargs="*", type=Runtime, choices=list(CONVERTERS), default=list(CONVERTERS),
+        metavar="{" + ",".join(runtime.value for runtime in CONVERTERS) + "}",
+        help="the runtimes written beside the ONNX file, each timed and gated (default: all; none: ONNX only)",
+    )  # fmt: skip
 
     defaults = commands.add_parser(
         "defaults", help="create the small random-init checkpoints (if missing) and export them (if missing)"
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 version=args.version,
                 target=args.target,
                 optimizer=args.optimizer,
+                runtimes=args.runtimes,
                 tolerance=args.tolerance,
                 external_data=args.external_data,
                 progress=progress,

@@ -6,6 +6,7 @@ import enum
 import shutil
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime
 from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
 
 BACKENDS = Path(__file__).parent / "triton_backend"
+NOT_ASKED = "not asked for (--runtimes)"
+"""The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
 """One python-backend model file per model_catalog.Backend, copied as each version's model.py."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
@@ -95,6 +98,7 @@ def export_model(
     optimizer: Optimizer = Optimizer.BUILTIN,
     tolerance: float | None = None,
     external_data: bool = False,
+    runtimes: Collection[Runtime] = tuple(CONVERTERS),
     progress: Progress = Silent(),
 ) -> ExportReport:
     """Export every graph of `checkpoint` as `repository/<triton name>/<version>`, with every target's config.
@@ -102,7 +106,8 @@ def export_model(
     Nothing is written unless every graph passes the parity gate on `target`'s
     execution provider (`tolerance` defaults to the one of its precision).
     Weights go to ONNX external data when a graph is over 2 GB, or always with
-    `external_data`.
+    `external_data`. The ONNX file is always written; of the other runtimes only
+    those in `runtimes` are (each conversion and its gate takes seconds to minutes).
     """
     started = time.perf_counter()
     require_providers(target)  # both checks fail before a long load
@@ -117,7 +122,7 @@ def export_model(
     repository.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
         staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
-        runtimes: dict[GraphSpec, dict[Runtime, ParityReport | str]] = {}
+        graph_runtimes: dict[GraphSpec, dict[Runtime, ParityReport | str]] = {}
         for graph in description.graphs:
             name = description.triton_name(graph.role)
             version_dir = Path(staging) / name / str(version)
@@ -136,12 +141,15 @@ def export_model(
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
                 with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
                     for runtime, convert in CONVERTERS.items():
+                        if runtime not in runtimes:
+                            outcomes[runtime][part.name] = NOT_ASKED
+                            continue
                         with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
                             outcomes[runtime][part.name] = _convert_runtime(
                                 runtime, convert, module, part, sample, batches, version_dir, name, tolerance,
                                 external_data,
                             )  # fmt: skip
-            runtimes[graph] = {
+            graph_runtimes[graph] = {
                 runtime: _every_part(runtime, graph, outcomes[runtime], version_dir) for runtime in CONVERTERS
             }
             shutil.copy(BACKENDS / f"{graph.backend.value}.py", version_dir / "model.py")
@@ -150,7 +158,7 @@ def export_model(
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
-                _publish(description, graph, loaded, repository, staged_version, parity, runtimes[graph])
+                _publish(description, graph, loaded, repository, staged_version, parity, graph_runtimes[graph])
                 for graph, (staged_version, parity) in staged.items()
             ]
     return ExportReport(description.name, checkpoint, target, onnx_format, reports, time.perf_counter() - started)

@@ -16,6 +16,7 @@ from exporter.architectures import create_default_checkpoint
 from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
+from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, Target
 from test_exporter import EVERY_RUNTIME_FILE
 
@@ -106,3 +107,18 @@ def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tm
         for tensor, value in zip(declared, actual):
             shape = value.type.tensor_type.shape.dim
             assert shape[0].dim_param and [d.dim_value or -1 for d in shape[1:]] == list(tensor.dims)
+
+
+def test_runtimes_writes_only_the_ones_asked_for_beside_the_onnx_file(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["export", "esm2nv", "--checkpoint", str(checkpoint), "--repository", str(tmp_path)]
+    assert main([*arguments, "--runtimes", "openvino"]) == 0
+    summary = capsys.readouterr().out
+    assert "    openvino: max |openvino - torch| = " in summary
+    for runtime in set(CONVERTERS) - {Runtime.OPENVINO}:
+        assert f"    {runtime.value}: left out (not asked for (--runtimes))" in summary
+    version = tmp_path / "esm2nv" / "1"
+    assert sorted(path.name for path in version.glob("model.*")) == ["model.onnx", "model.openvino.bin", "model.openvino.xml", "model.py"]
+    assert main([*arguments, "--version", "2", "--runtimes"]) == 0  # none: the ONNX file alone
+    assert sorted(path.name for path in (tmp_path / "esm2nv" / "2").glob("model.*")) == ["model.onnx", "model.py"]
