@@ -183,6 +183,9 @@ class TritonTotals:
     def __sub__(self, other: TritonTotals) -> TritonTotals:
         return TritonTotals(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
 
+    def __add__(self, other: TritonTotals) -> TritonTotals:
+        return TritonTotals(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
 
 def triton_totals(url: str, model: str) -> TritonTotals:
     with triton_http.InferenceServerClient(triton_address(url)) as client:

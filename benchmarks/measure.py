@@ -60,6 +60,26 @@ class Point:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
 
+def merged(windows: list[Point]) -> Point:
+    """One point of a contender's windows at the same users: counts and seconds added, latencies pooled."""
+    first, seconds = windows[0], sum(window.seconds for window in windows)
+    tritons = [window.triton for window in windows if window.triton is not None]
+    return Point(
+        contender=first.contender,
+        users=first.users,
+        seconds=seconds,
+        answered=sum(window.answered for window in windows),
+        errors=sum(window.errors for window in windows),
+        latencies_ms=[ms for window in windows for ms in window.latencies_ms],
+        sequences=sum(window.sequences for window in windows),
+        residues=sum(window.residues for window in windows),
+        samples=sum(window.samples for window in windows),
+        model_flops=sum(window.model_flops for window in windows),
+        triton=sum(tritons[1:], tritons[0]) if tritons else None,
+        other_cpu=sum(window.other_cpu * window.seconds for window in windows) / seconds,
+    )
+
+
 @dataclass(frozen=True)
 class Probe:
     """Sequential one-sequence requests: latency without queueing, and the answers against torch."""

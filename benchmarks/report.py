@@ -370,7 +370,9 @@ def write(path: Path, run: Run) -> None:
         "## Fronts over the same engine",
         "",
         "The service's other fronts, sent the same /embed requests in the same run: seq/s and their ratio to /embed "
-        "(above 1: faster), p50 latency and its ratio (below 1: quicker).",
+        "(above 1: faster), p50 latency and its ratio (below 1: quicker). The OpenAI route shares /embed's server; "
+        "the gRPC front (its own server, `serve-grpc`) ran beside it, each users' count in windows of half the seconds "
+        "in the order /embed, gRPC, gRPC, /embed, so that drift weighs on both alike.",
         "",
         *_fronts(run),
         "",

@@ -7,7 +7,9 @@ sequential one-sequence requests, each sequence to every contender in turn, with
 the answers checked against torch; so the lone-request latencies are compared
 request by request, not minutes apart on a machine whose speed drifts. Then for
 each server in turn (contenders of one server share it): start it, warm every
-contender up, run locust headless for every number of users, stop it by PID.
+contender up, run locust headless for every number of users, stop it by PID. A
+contender compared with one of another server (the gRPC front with /embed over
+HTTP) runs with both servers up, in alternating windows with it.
 Then regenerate docs/benchmarks.md and docs/benchmarks.png.
 """
 
@@ -27,7 +29,7 @@ from benchmarks import processes, report
 from benchmarks.clients import Embedder
 from benchmarks.contenders import CONTENDERS, Contender
 from benchmarks.flops import EncoderShape, matmul_gflops
-from benchmarks.measure import Point, Probe, probe, run_point
+from benchmarks.measure import Point, Probe, merged, probe, run_point
 from benchmarks.processes import Server
 from benchmarks.torch_esm import TorchEmbedder
 from benchmarks.workload import embed_request, protein
@@ -75,31 +77,50 @@ def measure_lone_requests(contenders: list[Contender], sequences: list[str], ref
             processes.stop(started)
 
 
-def measure_server(contenders: list[Contender], args: argparse.Namespace, shape: EncoderShape) -> list[Point]:
-    """Every throughput point of the contenders that share one server, between its start and its stop."""
-    server = contenders[0].server
-    log(f"{server.name}: starting")
-    running = processes.start(server)
-    log(f"{server.name}: ready; warm-up")
+def measure_server(
+    contenders: list[Contender], args: argparse.Namespace, shape: EncoderShape, alternating: list[Contender]
+) -> list[Point]:
+    """Every throughput point of the contenders that share one server, between its start and its stop.
+
+    `alternating`: contenders of other servers, each compared with one of these (`alternates_with`). Their servers
+    run beside this one, and each pair is measured in mirrored windows of half the seconds (A B B A): drift over the
+    minutes then weighs on both alike, where two sweeps minutes apart differed by ±6 % from run to run.
+    """
+    servers = list(dict.fromkeys(c.server for c in [*contenders, *alternating]))
+    running: dict[Server, processes.Running] = {}
     clients: dict[str, Embedder] = {}
     try:
-        clients.update((c.name, c.client(c.url(running))) for c in contenders if c.client is not None)
+        for server in servers:
+            log(f"{server.name}: starting")
+            running[server] = processes.start(server)
+        log(f"{', '.join(server.name for server in servers)}: ready; warm-up")
+        clients.update((c.name, c.client(c.url(running[c.server]))) for c in [*contenders, *alternating] if c.client)
         warm_up(clients)
         points = []
         for contender in contenders:
+            pair = [contender, *(c for c in alternating if c.alternates_with == contender.name)]
             for users in args.users if contender.workload == "embed" else args.generate_users:
-                point = run_point(contender, running, users, args.seconds, args.warmup, shape)
-                log(
-                    f"{contender.name:17} {users:3} users: {point.rate(point.answered):6.2f} req/s "
-                    f"p50 {point.percentile(50):8.1f} ms  p99 {point.percentile(99):8.1f} ms  errors {point.errors}  "
-                    f"other CPU {100 * point.other_cpu:3.0f} %"
-                )
-                points.append(point)
+                if len(pair) == 1:
+                    measured = [run_point(contender, running[contender.server], users, args.seconds, args.warmup, shape)]
+                else:
+                    windows = [
+                        run_point(c, running[c.server], users, args.seconds / 2, args.warmup, shape)
+                        for c in [*pair, *reversed(pair)]
+                    ]
+                    measured = [merged([w for w in windows if w.contender == c.name]) for c in pair]
+                for point in measured:
+                    log(
+                        f"{point.contender:17} {users:3} users: {point.rate(point.answered):6.2f} req/s "
+                        f"p50 {point.percentile(50):8.1f} ms  p99 {point.percentile(99):8.1f} ms  errors {point.errors}  "
+                        f"other CPU {100 * point.other_cpu:3.0f} %"
+                    )
+                points += measured
         return points
     finally:
         for client in clients.values():
             client.close()
-        processes.stop(running)
+        for started in running.values():
+            processes.stop(started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [c for c in CONTENDERS if c.name in args.contenders]
     probes = measure_lone_requests(chosen, sequences, reference)
     points: list[Point] = []
-    for _, group in itertools.groupby(chosen, key=lambda c: c.server):
-        points += measure_server(list(group), args, shape)
+    alternating = [c for c in chosen if c.alternates_with in {other.name for other in chosen}]
+    for _, group in itertools.groupby([c for c in chosen if c not in alternating], key=lambda c: c.server):
+        members = list(group)
+        partners = [c for c in alternating if c.alternates_with in {member.name for member in members}]
+        points += measure_server(members, args, shape, partners)
 
     command = "python -m benchmarks.run " + shlex.join(argv if argv is not None else sys.argv[1:])
     report.write(

@@ -45,6 +45,9 @@ class Contender:
     triton_model: str = MODEL
     workload: str = "embed"
     """`embed` (/embed traffic) or `generate` (/generate traffic)."""
+    alternates_with: str | None = None
+    """The contender of another server it is compared with: both servers up, measured in alternating windows
+    (benchmarks.run), so that the ratio is not one of two stretches of a machine whose speed drifts."""
 
 
 NAIVE = Server(
@@ -73,7 +76,7 @@ CONTENDERS = (
     Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,
               "GenerateUser", client=None, workload="generate"),
     Contender("service-grpc", "this service's gRPC front (serve-grpc): the same requests to BentoService/Call `embed`",
-              SERVICE_GRPC, "GrpcEmbedUser", client=GrpcEmbedder, triton_url=tritonserver_url),
+              SERVICE_GRPC, "GrpcEmbedUser", client=GrpcEmbedder, triton_url=tritonserver_url, alternates_with="service"),
     Contender("naive", "torch eager behind http.server, one request at a time", NAIVE, "EmbedUser"),
     Contender("naive-generate", "transformers' generate (greedy, key-value cache) per request behind http.server, one at "
               "a time", NAIVE, "GenerateUser", client=None, workload="generate"),
