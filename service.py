@@ -16,7 +16,7 @@ from serving import bionemo_grpc
 from serving.admission import Admission
 from serving.encoding import EncoderEngine
 from serving.generation import MoleculeGenerator
-from serving.grpc_front import ServiceErrorInterceptor
+from serving.grpc_front import ServiceErrorInterceptor, serve_on_uvloop
 from serving.http_io import (
     AdminJSON,
     AdminNoInput,
@@ -57,6 +57,7 @@ from serving.triton_infer import TritonInferClient
 
 settings = current_settings()
 trace_only_when_collected()
+serve_on_uvloop()
 triton = bentoml.triton.Runner(
     "triton",
     model_repository=settings.model_repository,
