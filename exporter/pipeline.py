@@ -24,9 +24,9 @@ from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime
 from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
 
 BACKENDS = Path(__file__).parent / "triton_backend"
+"""One python-backend model file per model_catalog.Backend, copied as each version's model.py."""
 NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
-"""One python-backend model file per model_catalog.Backend, copied as each version's model.py."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
 

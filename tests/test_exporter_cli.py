@@ -118,7 +118,7 @@ def test_runtimes_writes_only_the_ones_asked_for_beside_the_onnx_file(
     assert "    openvino: max |openvino - torch| = " in summary
     for runtime in set(CONVERTERS) - {Runtime.OPENVINO}:
         assert f"    {runtime.value}: left out (not asked for (--runtimes))" in summary
-    version = tmp_path / "esm2nv" / "1"
-    assert sorted(path.name for path in version.glob("model.*")) == ["model.onnx", "model.openvino.bin", "model.openvino.xml", "model.py"]
+    written = sorted(path.name for path in (tmp_path / "esm2nv" / "1").glob("model.*"))
+    assert written == ["model.onnx", "model.openvino.bin", "model.openvino.xml", "model.py"]
     assert main([*arguments, "--version", "2", "--runtimes"]) == 0  # none: the ONNX file alone
     assert sorted(path.name for path in (tmp_path / "esm2nv" / "2").glob("model.*")) == ["model.onnx", "model.py"]
