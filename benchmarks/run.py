@@ -16,11 +16,13 @@ Then regenerate docs/benchmarks.md and docs/benchmarks.png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import random
 import shlex
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,7 @@ from benchmarks.clients import Embedder
 from benchmarks.contenders import CONTENDERS, Contender
 from benchmarks.flops import EncoderShape, matmul_gflops
 from benchmarks.measure import Point, Probe, merged, probe, run_point
-from benchmarks.processes import Server
+from benchmarks.processes import Running, Server
 from benchmarks.torch_esm import TorchEmbedder
 from benchmarks.workload import embed_request, protein
 
@@ -57,24 +59,34 @@ def warm_up(clients: dict[str, Embedder]) -> None:
             client.embed(request.sequences)
 
 
-def measure_lone_requests(contenders: list[Contender], sequences: list[str], reference: np.ndarray) -> dict[str, Probe]:
-    """The sequential probe of every contender with a client, all their servers running at once."""
-    servers = list(dict.fromkeys(c.server for c in contenders if c.client is not None))
-    running: dict[Server, processes.Running] = {}
+@contextlib.contextmanager
+def servers_up(
+    contenders: list[Contender], purpose: str
+) -> Iterator[tuple[dict[Server, Running], dict[str, Embedder]]]:
+    """The servers of `contenders` started (each waited for, bounded) and a client of every contender that has one,
+    warmed up; on the way out the clients closed and the servers stopped by PID. Yields both."""
+    running: dict[Server, Running] = {}
     clients: dict[str, Embedder] = {}
     try:
-        for server in servers:
-            log(f"{server.name}: starting, for the sequential probe")
+        for server in dict.fromkeys(c.server for c in contenders):
+            log(f"{server.name}: starting, {purpose}")
             running[server] = processes.start(server)
         clients.update((c.name, c.client(c.url(running[c.server]))) for c in contenders if c.client is not None)
+        log(f"{', '.join(server.name for server in running)}: ready; warm-up")
         warm_up(clients)
-        log(f"sequential probe: {len(sequences)} proteins to each of {', '.join(clients)} in turn")
-        return probe(clients, sequences, reference) if clients else {}
+        yield running, clients
     finally:
         for client in clients.values():
             client.close()
         for started in running.values():
             processes.stop(started)
+
+
+def measure_lone_requests(contenders: list[Contender], sequences: list[str], reference: np.ndarray) -> dict[str, Probe]:
+    """The sequential probe of every contender with a client, all their servers running at once."""
+    with servers_up([c for c in contenders if c.client is not None], "for the sequential probe") as (_, clients):
+        log(f"sequential probe: {len(sequences)} proteins to each of {', '.join(clients)} in turn")
+        return probe(clients, sequences, reference) if clients else {}
 
 
 def measure_server(
@@ -82,45 +94,38 @@ def measure_server(
 ) -> list[Point]:
     """Every throughput point of the contenders that share one server, between its start and its stop.
 
-    `alternating`: contenders of other servers, each compared with one of these (`alternates_with`). Their servers
-    run beside this one, and each pair is measured in mirrored windows of half the seconds (A B B A): drift over the
-    minutes then weighs on both alike, where two sweeps minutes apart differed by ±6 % from run to run.
+    `alternating`: contenders of other servers, each compared with one of these (`alternates_with`), their servers
+    up beside this one and measured in turn with it (`measure_at`): drift over the minutes then weighs on both alike,
+    where two sweeps minutes apart differed by ±6 % from run to run.
     """
-    servers = list(dict.fromkeys(c.server for c in [*contenders, *alternating]))
-    running: dict[Server, processes.Running] = {}
-    clients: dict[str, Embedder] = {}
-    try:
-        for server in servers:
-            log(f"{server.name}: starting")
-            running[server] = processes.start(server)
-        log(f"{', '.join(server.name for server in servers)}: ready; warm-up")
-        clients.update((c.name, c.client(c.url(running[c.server]))) for c in [*contenders, *alternating] if c.client)
-        warm_up(clients)
+    with servers_up([*contenders, *alternating], "for the throughput sweep") as (running, _):
         points = []
         for contender in contenders:
             pair = [contender, *(c for c in alternating if c.alternates_with == contender.name)]
             for users in args.users if contender.workload == "embed" else args.generate_users:
-                if len(pair) == 1:
-                    measured = [run_point(contender, running[contender.server], users, args.seconds, args.warmup, shape)]
-                else:
-                    windows = [
-                        run_point(c, running[c.server], users, args.seconds / 2, args.warmup, shape)
-                        for c in [*pair, *reversed(pair)]
-                    ]
-                    measured = [merged([w for w in windows if w.contender == c.name]) for c in pair]
+                measured = measure_at(pair, running, users, args, shape)
                 for point in measured:
                     log(
-                        f"{point.contender:17} {users:3} users: {point.rate(point.answered):6.2f} req/s "
-                        f"p50 {point.percentile(50):8.1f} ms  p99 {point.percentile(99):8.1f} ms  errors {point.errors}  "
+                        f"{point.contender:17} {users:3} users: {point.rate(point.answered):6.2f} req/s p50 "
+                        f"{point.percentile(50):8.1f} ms  p99 {point.percentile(99):8.1f} ms  errors {point.errors}  "
                         f"other CPU {100 * point.other_cpu:3.0f} %"
                     )
                 points += measured
         return points
-    finally:
-        for client in clients.values():
-            client.close()
-        for started in running.values():
-            processes.stop(started)
+
+
+def measure_at(
+    pair: list[Contender], running: dict[Server, Running], users: int, args: argparse.Namespace, shape: EncoderShape
+) -> list[Point]:
+    """A contender alone over the whole seconds; with the ones that alternate with it, each in mirrored windows of
+    half the seconds (A B B A), a contender's windows merged into one point."""
+    if len(pair) == 1:
+        (contender,) = pair
+        return [run_point(contender, running[contender.server], users, args.seconds, args.warmup, shape)]
+    windows = [
+        run_point(c, running[c.server], users, args.seconds / 2, args.warmup, shape) for c in [*pair, *reversed(pair)]
+    ]
+    return [merged([window for window in windows if window.contender == c.name]) for c in pair]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,7 +152,8 @@ class TritonInferClient:
 
     def close(self) -> None:
         """Close the idle connections: tritonserver, told to stop, waits for every open HTTP connection (up to its
-        exit timeout), so a client that outlives its use must not leave one open (an API worker's close as it exits)."""
+        exit timeout), so a client that outlives its use (a test's) must not leave one open. An API worker's
+        connections close as the worker exits."""
         while self._idle:
             self._idle.pop().close()
 
