@@ -9,8 +9,9 @@ onnxruntime against the providers the target's configs name
 (serving/target_runtime.py); each encoder of a local repository gets the runtime
 measured fastest on this machine (serving/runtime_choice.py); then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
-instead, with the same settings and Triton runner, and the gRPC configuration the
-settings imply (`Settings.grpc_config_options`) added to BENTOML_CONFIG_OPTIONS.
+instead, with the same settings and Triton runner, the gRPC configuration the
+settings imply (`Settings.grpc_config_options`) added to BENTOML_CONFIG_OPTIONS, and
+grpcio's I/O path chosen (GRPC_SERVER_EXPERIMENTS).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ USAGE = "usage: python -m serving.launch [--grpc] TARGET [--triton-options KEY=V
 GRPC_FLAG = "--grpc"
 BENTOML_CONFIG_VARIABLE = "BENTOML_CONFIG_OPTIONS"
 PROMETHEUS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+GRPC_EXPERIMENTS_VARIABLE = "GRPC_EXPERIMENTS"
+GRPC_SERVER_EXPERIMENTS = "-event_engine_listener,-event_engine_for_all_other_endpoints"
+"""grpcio 1.81's EventEngine listener and endpoints turned off, for gRPC's earlier I/O path: the gRPC API workers
+then spent as much CPU per /embed of the bench's mix as the HTTP ones (5.78 against 5.76 ms), where they spent
+7.19 ms with them on (three servers up side by side, 8 alternating blocks of 40 sequential requests, schedstat; three
+earlier runs: 0.5 to 0.75 ms less with them off). A GRPC_EXPERIMENTS of the environment is kept as it is."""
 
 
 def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -62,6 +69,7 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
         # BentoML 1.4.39 starts serve-grpc's metrics server without the directory where its API workers write their
         # metrics (every scrape was a 500): it inherits this environment, so it gets the same one from here.
         child_environment.setdefault(PROMETHEUS_DIRECTORY_VARIABLE, prometheus_directory(environment))
+        child_environment.setdefault(GRPC_EXPERIMENTS_VARIABLE, GRPC_SERVER_EXPERIMENTS)
     serve = "serve-grpc" if grpc else "serve"
     command = [sys.executable, "-m", "bentoml", serve, target, "--production", *settings.serve_arguments()]
     return command + serve_arguments, child_environment

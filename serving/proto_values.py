@@ -2,9 +2,9 @@
 
 `bentoml serve-grpc` answers a JSON API in the Response's `json` field, a Value.
 protobuf's `json_format.ParseDict` builds it one Python object per number: 3.4 ms
-for /embed's 8 x 320 floats, where HTTP's JSON text takes 0.1 ms. Here every list of
+for /embed's 8 x 320 floats, where HTTP's JSON text takes 0.3 ms. Here every list of
 numbers is written by numpy as fixed 11-byte records (ListValue entry, Value, double)
-and the whole message parsed once by protobuf's C parser: the same message, 0.5 ms.
+and the whole message parsed once by protobuf's C parser: the same message, 0.3-0.4 ms.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ ENTRY = 0x0A
 """Struct.fields (a map entry), ListValue.values and the map entry's key all are field 1, length-delimited."""
 ENTRY_VALUE = 0x12
 """The map entry's value, field 2."""
-NUMBER_ENTRY = np.dtype({"names": ["tag", "size", "kind", "number"], "formats": ["u1", "u1", "u1", "<f8"],
-                         "offsets": [0, 1, 2, 3], "itemsize": 11})  # fmt: skip
-"""One number of a ListValue: its entry tag, the Value's size (9), the Value's number tag, the double."""
+NUMBER_ENTRY = np.array([ENTRY, 9, NUMBER_VALUE], dtype=np.uint8)
+"""What comes before each number's double (8 bytes, little-endian) in a ListValue: its entry tag, the Value's size
+(9), the Value's number tag."""
+NUMBERS = {float, int}
+"""The Python types of JSON numbers (not bool, a subclass of int)."""
 
 
 def to_value(data: Any) -> struct_pb2.Value:
@@ -49,9 +51,10 @@ def _value(data: Any) -> bytes:
 
 
 def _list(items: list[Any] | tuple[Any, ...]) -> bytes:
-    if items and all(type(item) in (float, int) for item in items):  # not bool, a subclass of int
-        records = np.empty(len(items), NUMBER_ENTRY)
-        records["tag"], records["size"], records["kind"], records["number"] = ENTRY, 9, NUMBER_VALUE, items
+    if items and set(map(type, items)) <= NUMBERS:
+        records = np.empty((len(items), len(NUMBER_ENTRY) + 8), dtype=np.uint8)
+        records[:, : len(NUMBER_ENTRY)] = NUMBER_ENTRY
+        records[:, len(NUMBER_ENTRY) :] = np.asarray(items, dtype="<f8").view(np.uint8).reshape(-1, 8)
         return records.tobytes()
     return b"".join(_field(ENTRY, _value(item)) for item in items)
 

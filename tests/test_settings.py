@@ -212,6 +212,9 @@ def test_grpc_launcher_builds_bentoml_serve_grpc_with_the_settings_grpc_configur
     assert config["api_server"]["grpc"]["reflection"]["enabled"] is True
     assert config["api_server"]["grpc"]["metrics"] == {"host": "127.0.0.1", "port": 3102}
     assert Settings.from_environment({}).esm1nv_grpc_model == "esm1nv"
+    assert environment["GRPC_EXPERIMENTS"] == "-event_engine_listener,-event_engine_for_all_other_endpoints"
+    _, environment = serve_command(["--grpc", "bento:tag"], {"GRPC_EXPERIMENTS": "event_engine_dns"})
+    assert environment["GRPC_EXPERIMENTS"] == "event_engine_dns"  # the operator's own choice stays
 
 
 def test_launcher_refuses_before_starting_anything() -> None:
