@@ -20,18 +20,23 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from benchmarks.clients import Embedder, GrpcEmbedder, HttpJsonEmbedder
-from benchmarks.contenders.this_service import SERVICE, SERVICE_GRPC
-from benchmarks.processes import Running, Server, start, stop
+from benchmarks.contenders import CONTENDERS, Contender
+from benchmarks.processes import Running
 from benchmarks.report import machine_facts
+from benchmarks.run import servers_up
 from benchmarks.workload import embed_request
 
+FRONTS = ("service", "service-grpc")
+"""The contenders (benchmarks.contenders) whose API workers are counted: /embed over HTTP, and the gRPC front."""
 
-def grpc_variant(assignment: str) -> Server:
-    """The gRPC front with `KEY=VALUE` added to its environment."""
+
+def grpc_variant(assignment: str) -> Contender:
+    """The gRPC front's contender, its server with `KEY=VALUE` added to the environment."""
     key, _, value = assignment.partition("=")
-    environment = lambda port: {**SERVICE_GRPC.environment(port), key: value}  # noqa: E731
-    return dataclasses.replace(SERVICE_GRPC, name=f"service-grpc {assignment}", environment=environment)
+    grpc = next(c for c in CONTENDERS if c.name == "service-grpc")
+    environment = lambda port: {**grpc.server.environment(port), key: value}  # noqa: E731
+    server = dataclasses.replace(grpc.server, name=f"service-grpc {assignment}", environment=environment)
+    return dataclasses.replace(grpc, name=server.name, server=server, alternates_with=None)
 
 
 def api_workers(running: Running) -> list[psutil.Process]:
@@ -56,18 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=40, help="sequential requests per block")
     parser.add_argument("--grpc-variant", action="append", default=[], help="KEY=VALUE: one more gRPC server with it")
     args = parser.parse_args(argv)
-    servers = [SERVICE, SERVICE_GRPC, *map(grpc_variant, args.grpc_variant)]
-    running: list[Running] = []
-    clients: dict[str, Embedder] = {}
-    try:
-        for server in servers:
-            running.append(start(server))
-            clients[server.name] = (GrpcEmbedder if server.grpc else HttpJsonEmbedder)(running[-1].url)
-        workers = {started.server.name: api_workers(started) for started in running}
+    contenders = [*(c for c in CONTENDERS if c.name in FRONTS), *map(grpc_variant, args.grpc_variant)]
+    with servers_up(contenders, "for the CPU count") as (running, clients):
+        workers = {c.name: api_workers(running[c.server]) for c in contenders}
         requests = [embed_request(random.Random(seed)).sequences for seed in range(args.block)]
-        for client in clients.values():  # warm-up: connections, Triton's shapes
-            for sequences in requests[:10]:
-                client.embed(sequences)
         per_request: dict[str, list[float]] = {name: [] for name in clients}
         names = list(clients)
         for block in range(args.blocks):
@@ -76,17 +73,12 @@ def main(argv: list[str] | None = None) -> int:
                 for sequences in requests:
                     clients[name].embed(sequences)
                 per_request[name].append((cpu_seconds(workers[name]) - before) * 1000 / args.block)
-        print(f"{machine_facts()['cpu']}; {args.blocks} blocks of {args.block} sequential /embed requests each\n")
-        print("| server | API workers | CPU per request in each block (ms) | median (ms) |")
-        print("|---|---:|---|---:|")
-        for name, values in per_request.items():
-            blocks = ", ".join(f"{ms:.2f}" for ms in values)
-            print(f"| {name} | {len(workers[name])} | {blocks} | {np.median(values):.2f} |")
-    finally:
-        for client in clients.values():
-            client.close()
-        for started in running:
-            stop(started)
+    print(f"{machine_facts()['cpu']}; {args.blocks} blocks of {args.block} sequential /embed requests each\n")
+    print("| server | API workers | CPU per request in each block (ms) | median (ms) |")
+    print("|---|---:|---|---:|")
+    for name, values in per_request.items():
+        blocks = ", ".join(f"{ms:.2f}" for ms in values)
+        print(f"| {name} | {len(workers[name])} | {blocks} | {np.median(values):.2f} |")
     return 0
 
 

@@ -21,12 +21,13 @@ import sys
 import numpy as np
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from benchmarks.clients import TRITON_DATATYPES, HttpJsonEmbedder, TritonEmbedder, triton_address
+from benchmarks.clients import TRITON_DATATYPES, HttpJsonEmbedder, triton_address
+from benchmarks.contenders import CONTENDERS
 from benchmarks.contenders.this_service import SERVICE, tritonserver_url
 from benchmarks.measure import probe
 from benchmarks.processes import Server, start, stop
 from benchmarks.report import machine_facts
-from benchmarks.run import torch_answers, warm_up
+from benchmarks.run import servers_up, torch_answers, warm_up
 from benchmarks.workload import MODEL, protein
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
@@ -96,14 +97,12 @@ def main(argv: list[str] | None = None) -> int:
                     log_level="warning", access_log=False)  # fmt: skip
         return 0
 
-    service = start(SERVICE)
-    try:
-        triton = tritonserver_url(service)
-        bare = start(bare_server(triton_address(triton)))
+    contenders = [c for c in CONTENDERS if c.name in ("service", "direct-triton")]  # one server: the service's
+    with servers_up(contenders, "beside a bare front") as (running, clients):
+        bare = start(bare_server(triton_address(tritonserver_url(running[SERVICE]))))
+        clients["bare"] = HttpJsonEmbedder(bare.url)
         try:
-            clients = {"service": HttpJsonEmbedder(service.url), "bare": HttpJsonEmbedder(bare.url),
-                       "direct": TritonEmbedder(triton)}  # fmt: skip
-            warm_up(clients)
+            warm_up({"bare": clients["bare"]})
             rng = random.Random(0)
             print(f"{machine_facts()['cpu']}; {args.probe} proteins of each length, each to every client in turn\n")
             print("| residues | service − direct (ms) | bare front − direct (ms) | service − bare front (ms) | "
@@ -114,15 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 probed = probe(clients, sequences, torch_answers(sequences))
                 latencies = {name: np.array(result.latencies_ms) for name, result in probed.items()}
                 paired = [np.median(latencies[a] - latencies[b]) for a, b in
-                          (("service", "direct"), ("bare", "direct"), ("service", "bare"))]  # fmt: skip
+                          (("service", "direct-triton"), ("bare", "direct-triton"), ("service", "bare"))]  # fmt: skip
                 worst = max(result.max_abs_difference for result in probed.values())
                 print(f"| {residues} | " + " | ".join(f"{ms:.2f}" for ms in paired) + f" | {worst:.1e} |")
-            for client in clients.values():
-                client.close()
         finally:
-            stop(bare)
-    finally:
-        stop(service)
+            stop(bare)  # its client is closed with the others, on the way out of servers_up
     return 0
 
 
