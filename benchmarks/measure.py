@@ -3,10 +3,13 @@
 A point runs `warmup + seconds`; then locust lets every user finish the
 request it is waiting for, so nothing is abandoned in a server's queue (it
 would still be computed, and slow the next point down). Throughput counts the
-successful requests answered inside the measured window; latencies are those
-of the requests sent inside it, each from its own timer (locust's summary
-rounds them), however long after the window they were answered. Errors count
-over the whole run.
+work of the successful requests by the share of each one's time that lies in the
+measured window, not whole answers: at 32 users a request takes seconds, so a
+10-second window holds two or three answers per user, and a count of whole ones
+jumps with where each user's answers fall against the window's ends.
+Latencies are those of the requests sent inside it, each from its own timer
+(locust's summary rounds them), however long after the window they were
+answered. Errors count over the whole run.
 """
 
 from __future__ import annotations
@@ -39,19 +42,24 @@ class Point:
     users: int
     seconds: float
     answered: int
-    """Successful requests answered in the measured window."""
+    """Successful requests answered in the measured window (how much the rates below rest on)."""
     errors: int
     latencies_ms: list[float]
     """Of the successful requests sent in the measured window."""
-    sequences: int
-    residues: int
-    samples: int
+    requests: float
+    sequences: float
+    residues: float
+    samples: float
     model_flops: float
-    """Useful model FLOPs (flops.FORMULA) of the requests answered in the window."""
+    """Useful model FLOPs (flops.FORMULA). This and the four above: of the successful requests, each weighted by
+    the share of its time (sent to answered) inside the measured window (`in_window`)."""
     triton: TritonTotals | None
     """What Triton did during the whole point; None where no Triton is involved."""
     other_cpu: float
     """Share of the machine's CPU time taken by processes that are neither the contender nor locust."""
+    window_rates: tuple[float, ...]
+    """Sequences per second in each window merged into this point (`merged`): how far two windows of one server
+    apart by a minute differ is the noise any ratio of two such points carries."""
 
     def rate(self, count: float) -> float:
         return count / self.seconds
@@ -71,12 +79,14 @@ def merged(windows: list[Point]) -> Point:
         answered=sum(window.answered for window in windows),
         errors=sum(window.errors for window in windows),
         latencies_ms=[ms for window in windows for ms in window.latencies_ms],
+        requests=sum(window.requests for window in windows),
         sequences=sum(window.sequences for window in windows),
         residues=sum(window.residues for window in windows),
         samples=sum(window.samples for window in windows),
         model_flops=sum(window.model_flops for window in windows),
         triton=sum(tritons[1:], tritons[0]) if tritons else None,
         other_cpu=sum(window.other_cpu * window.seconds for window in windows) / seconds,
+        window_rates=tuple(rate for window in windows for rate in window.window_rates),
     )
 
 
@@ -152,6 +162,16 @@ def _locust(contender: Contender, url: str, users: int, run_time: float) -> dict
         results_path.unlink(missing_ok=True)
 
 
+def in_window(start: float, seconds: float, window_start: float, window_end: float) -> float:
+    """The share of a request's time, from `start` for `seconds`, that lies between the window's ends: its work is
+    counted in the window by that share (a closed loop keeps every user's request in flight, so the shares of a
+    window add up to the work done in it, without the jump of a whole answer at either end)."""
+    if seconds <= 0:
+        return float(window_start <= start <= window_end)
+    overlap = min(start + seconds, window_end) - max(start, window_start)
+    return max(0.0, overlap) / seconds
+
+
 def run_point(
     contender: Contender, running: Running, users: int, seconds: float, warmup: float, shape: EncoderShape
 ) -> Point:
@@ -168,9 +188,10 @@ def run_point(
     window_end = window_start + seconds
     succeeded = [r for r in run["requests"] if r["ok"]]
     answered = [r for r in succeeded if window_start <= r["start"] + r["ms"] / 1000 <= window_end]
+    shares = [(r, in_window(r["start"], r["ms"] / 1000, window_start, window_end)) for r in succeeded]
 
-    def total(key: str) -> int:
-        return sum(r.get(key, 0) for r in answered)
+    def total(key: str) -> float:
+        return sum(r.get(key, 0) * share for r, share in shares)
 
     return Point(
         contender=contender.name,
@@ -179,10 +200,12 @@ def run_point(
         answered=len(answered),
         errors=sum(not r["ok"] for r in run["requests"]),
         latencies_ms=[r["ms"] for r in succeeded if window_start <= r["start"] <= window_end],
+        requests=sum(share for _, share in shares),
         sequences=total("sequences"),
         residues=total("residues"),
         samples=total("samples"),
         model_flops=shape.flops(total("tokens"), total("token_pairs")),
         triton=triton_during,
         other_cpu=float(max(0.0, machine - server - locust) / (wall * (os.cpu_count() or 1))),
+        window_rates=(total("sequences") / seconds,),
     )

@@ -109,7 +109,7 @@ def _embed_table(run: Run) -> list[str]:
     for p in _points(run, "embed"):
         gflops = p.rate(p.model_flops) / 1e9
         lines.append(
-            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.answered):.2f} | {p.rate(p.sequences):.1f} "
+            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.requests):.2f} | {p.rate(p.sequences):.1f} "
             f"| {p.rate(p.residues):,.0f} | {_latencies(p)} | {p.errors} | {_triton(p)} | {gflops:.1f} "
             f"| {100 * gflops / run.matmul_gflops:.0f} % | {100 * p.other_cpu:.0f} % |"
         )
@@ -126,7 +126,7 @@ def _generate_table(run: Run) -> list[str]:
     ]
     for p in points:
         lines.append(
-            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.answered):.2f} | {p.rate(p.samples):.2f} "
+            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.requests):.2f} | {p.rate(p.samples):.2f} "
             f"| {_latencies(p)} | {p.errors} | {100 * p.other_cpu:.0f} % |"
         )
     return lines
@@ -194,6 +194,8 @@ def _targets(run: Run) -> list[str]:
     if ratios:
         users, slowest = min(ratios, key=lambda pair: pair[1])
         basis = f"lowest of {len(ratios)} concurrencies: {_users(users)}"
+        if (http := _at(run, SERVICE, users)) and len(http.window_rates) > 1:
+            basis += f"; /embed's own windows there {_spread(http)} apart"
     rows.append(("gRPC front / /embed over HTTP, seq/s", slowest, basis, ">= 1.0x at every concurrency", (1.0).__le__))
     top_generate = max(run.args.generate_users)
     generated, generated_by_hand = _at(run, SERVICE_GENERATE, top_generate), _at(run, NAIVE_GENERATE, top_generate)
@@ -227,17 +229,24 @@ def _winners(run: Run) -> list[str]:
     return lines
 
 
+def _spread(point: Point) -> str:
+    """How far the fastest of a point's windows is above its slowest (one server, the same requests)."""
+    slowest, fastest = min(point.window_rates), max(point.window_rates)
+    return f"{100 * (fastest / slowest - 1):.0f} %" if slowest else "–"
+
+
 def _fronts(run: Run) -> list[str]:
     """Each other front of the service (`service-*` /embed contenders: the OpenAI dialect, gRPC) against /embed,
     users by users: the same requests, the same engine and Triton, so the ratio is the front's."""
     fronts = [c.name for c in run.contenders if c.workload == "embed" and c.name.startswith(f"{SERVICE}-")]
-    lines = ["| users | /embed seq/s | " + " | ".join(f"{name} seq/s | ratio | p50 ratio" for name in fronts) + " |",
-             "|---:|---:|" + "---:|---:|---:|" * len(fronts)]  # fmt: skip
+    lines = ["| users | /embed seq/s | /embed's windows apart | "
+             + " | ".join(f"{name} seq/s | ratio | p50 ratio" for name in fronts) + " |",
+             "|---:|---:|---:|" + "---:|---:|---:|" * len(fronts)]  # fmt: skip
     for users in run.args.users:
         base = _at(run, SERVICE, users)
         if not (base and base.sequences):
             continue
-        cells = [str(users), f"{base.rate(base.sequences):.1f}"]
+        cells = [str(users), f"{base.rate(base.sequences):.1f}", _spread(base) if len(base.window_rates) > 1 else "–"]
         for name in fronts:
             point = _at(run, name, users)
             if point and point.sequences:
@@ -344,9 +353,11 @@ def write(path: Path, run: Run) -> None:
         "`generate` on the same megamolbart weights, one request at a time (`naive-generate`).",
         f"- Closed loop: every user sends its next request when the last is answered. Each point runs "
         f"{run.args.warmup:g} s of warm-up, then {run.args.seconds:g} s measured; then every user waits for the "
-        "request it has sent (nothing is left in a server's queue for the next point). Throughput counts the "
-        "requests answered in the measured window; latencies are those of the requests sent in it, each from its "
-        "own timer; errors count the whole point.",
+        "request it has sent (nothing is left in a server's queue for the next point). Throughput counts each "
+        "successful request's work by the share of its time (sent to answered) inside the measured window, so an "
+        "answer just before or just after the window's end moves it by a fraction, not a whole request; `answered`: "
+        "the requests answered inside it; latencies are those of the requests sent in it, each from its own timer; "
+        "errors count the whole point.",
         "",
         "## /embed",
         "",
@@ -355,7 +366,7 @@ def write(path: Path, run: Run) -> None:
         "`avg Triton batch`: rows per model execution in Triton over the point (`inference_count` / "
         "`execution_count` deltas of the statistics API); `Triton queue/compute/output ms`: per request, from the same "
         "statistics (`queue`, `compute_infer`, `compute_output`; a request merged into a batch with others is charged "
-        "the whole execution). `model GFLOP/s`: the useful FLOPs of the answered "
+        "the whole execution). `model GFLOP/s`: the useful FLOPs of those "
         f"requests per second, with {FORMULA}. For this checkpoint: {weights_flops / 1e6:.1f} MFLOP per token, plus "
         f"{attention_flops / 1e3:.1f} kFLOP per token for every token of its sequence (attention).",
         "",
@@ -372,7 +383,9 @@ def write(path: Path, run: Run) -> None:
         "The service's other fronts, sent the same /embed requests in the same run: seq/s and their ratio to /embed "
         "(above 1: faster), p50 latency and its ratio (below 1: quicker). The OpenAI route shares /embed's server; "
         "the gRPC front (its own server, `serve-grpc`) ran beside it, each users' count in windows of half the seconds "
-        "in the order /embed, gRPC, gRPC, /embed, so that drift weighs on both alike.",
+        "in the order /embed, gRPC, gRPC, /embed, so that drift weighs on both alike. `/embed's windows apart`: how "
+        "much faster /embed's faster window was than its slower one, the same requests to the same server a minute "
+        "apart: a front's ratio closer to 1 than that is within what this machine's windows swing by.",
         "",
         *_fronts(run),
         "",
