@@ -109,7 +109,7 @@ def _embed_table(run: Run) -> list[str]:
     for p in _points(run, "embed"):
         gflops = p.rate(p.model_flops) / 1e9
         lines.append(
-            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.requests):.2f} | {p.rate(p.sequences):.1f} "
+            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.answered):.2f} | {p.rate(p.sequences):.1f} "
             f"| {p.rate(p.residues):,.0f} | {_latencies(p)} | {p.errors} | {_triton(p)} | {gflops:.1f} "
             f"| {100 * gflops / run.matmul_gflops:.0f} % | {100 * p.other_cpu:.0f} % |"
         )
@@ -126,7 +126,7 @@ def _generate_table(run: Run) -> list[str]:
     ]
     for p in points:
         lines.append(
-            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.requests):.2f} | {p.rate(p.samples):.2f} "
+            f"| {p.contender} | {p.users} | {p.answered} | {p.rate(p.answered):.2f} | {p.rate(p.samples):.2f} "
             f"| {_latencies(p)} | {p.errors} | {100 * p.other_cpu:.0f} % |"
         )
     return lines
@@ -353,11 +353,9 @@ def write(path: Path, run: Run) -> None:
         "`generate` on the same megamolbart weights, one request at a time (`naive-generate`).",
         f"- Closed loop: every user sends its next request when the last is answered. Each point runs "
         f"{run.args.warmup:g} s of warm-up, then {run.args.seconds:g} s measured; then every user waits for the "
-        "request it has sent (nothing is left in a server's queue for the next point). Throughput counts each "
-        "successful request's work by the share of its time (sent to answered) inside the measured window, so an "
-        "answer just before or just after the window's end moves it by a fraction, not a whole request; `answered`: "
-        "the requests answered inside it; latencies are those of the requests sent in it, each from its own timer; "
-        "errors count the whole point.",
+        "request it has sent (nothing is left in a server's queue for the next point). Throughput counts the "
+        "requests answered in the measured window; latencies are those of the requests sent in it, each from its "
+        "own timer; errors count the whole point.",
         "",
         "## /embed",
         "",
@@ -366,7 +364,7 @@ def write(path: Path, run: Run) -> None:
         "`avg Triton batch`: rows per model execution in Triton over the point (`inference_count` / "
         "`execution_count` deltas of the statistics API); `Triton queue/compute/output ms`: per request, from the same "
         "statistics (`queue`, `compute_infer`, `compute_output`; a request merged into a batch with others is charged "
-        "the whole execution). `model GFLOP/s`: the useful FLOPs of those "
+        "the whole execution). `model GFLOP/s`: the useful FLOPs of the answered "
         f"requests per second, with {FORMULA}. For this checkpoint: {weights_flops / 1e6:.1f} MFLOP per token, plus "
         f"{attention_flops / 1e3:.1f} kFLOP per token for every token of its sequence (attention).",
         "",
@@ -384,8 +382,8 @@ def write(path: Path, run: Run) -> None:
         "(above 1: faster), p50 latency and its ratio (below 1: quicker). The OpenAI route shares /embed's server; "
         "the gRPC front (its own server, `serve-grpc`) ran beside it, each users' count in windows of half the seconds "
         "in the order /embed, gRPC, gRPC, /embed, so that drift weighs on both alike. `/embed's windows apart`: how "
-        "much faster /embed's faster window was than its slower one, the same requests to the same server a minute "
-        "apart: a front's ratio closer to 1 than that is within what this machine's windows swing by.",
+        "much faster /embed's faster window was than its slower one (the same requests to the same server, the gRPC "
+        "windows between them): a front's ratio closer to 1 than that is within what this machine's windows swing by.",
         "",
         *_fronts(run),
         "",

@@ -106,7 +106,7 @@ def measure_server(
                 measured = measure_at(pair, running, users, args, shape)
                 for point in measured:
                     log(
-                        f"{point.contender:17} {users:3} users: {point.rate(point.requests):6.2f} req/s p50 "
+                        f"{point.contender:17} {users:3} users: {point.rate(point.answered):6.2f} req/s p50 "
                         f"{point.percentile(50):8.1f} ms  p99 {point.percentile(99):8.1f} ms  errors {point.errors}  "
                         f"other CPU {100 * point.other_cpu:3.0f} %"
                     )
