@@ -21,7 +21,7 @@ import sys
 import numpy as np
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from benchmarks.clients import TRITON_DATATYPES, HttpJsonEmbedder, triton_address
+from benchmarks.clients import TRITON_DATATYPES, Embedder, HttpJsonEmbedder, triton_address
 from benchmarks.contenders import CONTENDERS
 from benchmarks.contenders.this_service import SERVICE, tritonserver_url
 from benchmarks.measure import probe
@@ -75,6 +75,23 @@ def bare_front(triton: str) -> ASGIApp:
     return app
 
 
+def paired_rows(
+    clients: dict[str, Embedder], pairs: list[tuple[str, str]], lengths: list[int], count: int
+) -> list[str]:
+    """For each protein length, `count` proteins each sent to every client in turn (`measure.probe`): a table row of
+    the median of the paired latency differences, a − b, of each pair (ms), and the largest |answer − torch|."""
+    rng = random.Random(0)
+    rows = []
+    for residues in lengths:
+        sequences = [protein(rng, residues) for _ in range(count)]
+        probed = probe(clients, sequences, torch_answers(sequences))
+        latencies = {name: np.array(result.latencies_ms) for name, result in probed.items()}
+        paired = [np.median(latencies[a] - latencies[b]) for a, b in pairs]
+        worst = max(result.max_abs_difference for result in probed.values())
+        rows.append(f"| {residues} | " + " | ".join(f"{ms:.2f}" for ms in paired) + f" | {worst:.1e} |")
+    return rows
+
+
 def bare_server(triton: str) -> Server:
     return Server(
         "bare-front",
@@ -103,19 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         clients["bare"] = HttpJsonEmbedder(bare.url)
         try:
             warm_up({"bare": clients["bare"]})
-            rng = random.Random(0)
             print(f"{machine_facts()['cpu']}; {args.probe} proteins of each length, each to every client in turn\n")
             print("| residues | service − direct (ms) | bare front − direct (ms) | service − bare front (ms) | "
                   "largest |answer − torch| |")
             print("|---:|---:|---:|---:|---:|")
-            for residues in args.residues:
-                sequences = [protein(rng, residues) for _ in range(args.probe)]
-                probed = probe(clients, sequences, torch_answers(sequences))
-                latencies = {name: np.array(result.latencies_ms) for name, result in probed.items()}
-                paired = [np.median(latencies[a] - latencies[b]) for a, b in
-                          (("service", "direct-triton"), ("bare", "direct-triton"), ("service", "bare"))]  # fmt: skip
-                worst = max(result.max_abs_difference for result in probed.values())
-                print(f"| {residues} | " + " | ".join(f"{ms:.2f}" for ms in paired) + f" | {worst:.1e} |")
+            pairs = [("service", "direct-triton"), ("bare", "direct-triton"), ("service", "bare")]
+            print("\n".join(paired_rows(clients, pairs, args.residues, args.probe)))
         finally:
             stop(bare)  # its client is closed with the others, on the way out of servers_up
     return 0

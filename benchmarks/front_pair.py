@@ -20,22 +20,19 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
 
 from benchmarks.clients import triton_address
 from benchmarks.contenders import CONTENDERS
 from benchmarks.contenders.this_service import SERVICE, SERVICE_GRPC, tritonserver_url
 from benchmarks.flops import EncoderShape
-from benchmarks.measure import probe, run_point
+from benchmarks.front_floor import paired_rows
+from benchmarks.measure import run_point
 from benchmarks.processes import ROOT, Server, start, stop
 from benchmarks.report import machine_facts
-from benchmarks.run import servers_up, torch_answers, warm_up
-from benchmarks.workload import protein
+from benchmarks.run import servers_up, warm_up
 from serving.launch import serve_command
 from serving.settings import TRITON_METRICS_PORT_VARIABLE, Settings
 
@@ -91,15 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"One protein at a time, {args.probe} of each length, to each in turn (paired medians, ms):\n")
             print("| residues | gRPC − HTTP | HTTP − direct Triton | gRPC − direct Triton | largest |answer − torch| |")
             print("|---:|---:|---:|---:|---:|")
-            rng = random.Random(0)
-            for residues in args.residues:
-                sequences = [protein(rng, residues) for _ in range(args.probe)]
-                probed = probe(clients, sequences, torch_answers(sequences))
-                latencies = {name: np.array(result.latencies_ms) for name, result in probed.items()}
-                paired = [np.median(latencies[a] - latencies[b]) for a, b in
-                          ((grpc.name, http.name), (http.name, direct.name), (grpc.name, direct.name))]  # fmt: skip
-                worst = max(result.max_abs_difference for result in probed.values())
-                print(f"| {residues} | " + " | ".join(f"{ms:.2f}" for ms in paired) + f" | {worst:.1e} |")
+            pairs = [(grpc.name, http.name), (http.name, direct.name), (grpc.name, direct.name)]
+            print("\n".join(paired_rows(clients, pairs, args.residues, args.probe)))
             print("\nBoth fronts driven at once, the users' count on each (seq/s):\n")
             print("| users on each | HTTP | gRPC | gRPC / HTTP |")
             print("|---:|---:|---:|---:|")
