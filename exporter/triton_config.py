@@ -13,6 +13,7 @@ from __future__ import annotations
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from exporter.triton_backend.runtimes import PROVIDER_OPTIONS
 from model_catalog import GraphSpec, ModelDescription, Target
 
 
@@ -65,9 +66,13 @@ def build_config(
         config.parameters["execution_provider"].string_value = provider
     else:
         config.default_model_filename = graph.onnx_graphs[0].file
-    if target is Target.GPU_TENSORRT and not python_backend:
-        accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
-        accelerator.parameters["precision_mode"] = target.precision.value
+    if not python_backend:
+        accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+        if target is Target.GPU_TENSORRT:
+            accelerators.add(name="tensorrt").parameters["precision_mode"] = target.precision.value
+        # Triton's onnxruntime backend hands a "cuda" accelerator's parameters to onnxruntime's CUDA provider (for
+        # gpu-tensorrt, the nodes TensorRT leaves to it): the options the gate and the python backend use.
+        accelerators.add(name="cuda").parameters.update(PROVIDER_OPTIONS["CUDAExecutionProvider"])
     if graph.stateful:
         config.parameters["idle_seconds"].string_value = str(batching.cache_idle_seconds)
     elif python_backend:

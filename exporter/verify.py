@@ -19,13 +19,13 @@ import torch
 
 from exporter.errors import OptimizerUnavailable, ParityError
 from exporter.graph_inputs import GraphInputs
-from exporter.triton_backend.runtimes import Engine
+from exporter.triton_backend.runtimes import PROVIDER_OPTIONS, Engine
 from model_catalog import OnnxGraph, Precision, Target
 
 TOLERANCES: dict[Precision, float] = {Precision.FP32: 1e-4, Precision.FP16: 2e-2}
 """Largest |onnxruntime - torch| accepted on hidden states and logits (both of order 1)."""
 
-_NO_TF32 = {"use_tf32": "0"}  # FP32 means FP32: TF32 matmuls alone differ by ~1e-3
+_NO_TF32 = PROVIDER_OPTIONS["CUDAExecutionProvider"]
 PROVIDERS: dict[Target, list[tuple[str, dict[str, str]]]] = {
     Target.CPU: [("CPUExecutionProvider", {})],
     Target.GPU: [("CUDAExecutionProvider", _NO_TF32)],

@@ -57,10 +57,9 @@ def test_gpu_configs_run_the_same_onnx_file_in_the_native_backend(target: Target
     assert not config.parameters
     assert (config.input, config.output, config.dynamic_batching) == (cpu.input, cpu.output, cpu.dynamic_batching)
     accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
-    if target is Target.GPU_TENSORRT:
-        assert [(a.name, dict(a.parameters)) for a in accelerators] == [("tensorrt", {"precision_mode": "FP16"})]
-    else:
-        assert not accelerators
+    cuda = ("cuda", {"use_tf32": "0"})  # FP32 without TF32, as in the gate (exporter/verify.py) and the python backend
+    expected = [("tensorrt", {"precision_mode": "FP16"}), cuda] if target is Target.GPU_TENSORRT else [cuda]
+    assert [(a.name, dict(a.parameters)) for a in accelerators] == expected
 
 
 def test_the_stateful_decoder_keeps_the_python_backend_in_one_instance_on_every_target() -> None:

@@ -82,6 +82,11 @@ class Engine(Protocol):
         ...
 
 
+PROVIDER_OPTIONS: dict[str, dict[str, str]] = {"CUDAExecutionProvider": {"use_tf32": "0"}}
+"""Options of an execution provider, the same in the exporter's gate and in the backend: FP32 means FP32, and
+onnxruntime's CUDA provider runs float32 matmuls in TF32 unless told not to (tools/gpu_gate.py measures both)."""
+
+
 class UnavailableProvider(RuntimeError):
     """The config names an execution provider this onnxruntime lacks: refused, never run elsewhere instead."""
 
@@ -113,7 +118,8 @@ class OnnxRuntimeEngine:
         if threads not in self.sessions:
             options = self.onnxruntime.SessionOptions()
             options.intra_op_num_threads = threads
-            self.sessions[threads] = self.onnxruntime.InferenceSession(str(self.path), options, providers=[self.provider])
+            provider = (self.provider, PROVIDER_OPTIONS.get(self.provider, {}))
+            self.sessions[threads] = self.onnxruntime.InferenceSession(str(self.path), options, providers=[provider])
         return self.sessions[threads]
 
     def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
