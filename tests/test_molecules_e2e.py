@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -99,11 +101,21 @@ def test_concurrent_decodes_share_decoder_steps_and_keep_their_answers(
     latents = [(np.asarray(b["hiddens"], dtype=np.float32), np.asarray(b["mask"])) for b in bodies]
     expected = [greedy_reference(reference, hiddens, mask, 16)[0] for hiddens, mask in latents]
 
+    payloads = [json.dumps(body).encode() for body in bodies]
+
     def decode_all(concurrently: bool) -> tuple[list[str], int]:
-        """The first SMILES of each answer, and the decoder's runs in Triton meanwhile."""
+        """The first SMILES of each answer, and the decoder's runs in Triton meanwhile. Concurrent requests leave
+        together (encoded beforehand, released by a barrier), so that a busy machine does not stagger them."""
         _, runs = service.triton_counts("megamolbart_decoder")
-        with ThreadPoolExecutor(max_workers=len(bodies) if concurrently else 1) as pool:
-            answers = list(pool.map(lambda body: post(service, "/decode", body), bodies))
+        together = threading.Barrier(len(payloads) if concurrently else 1)
+
+        def send(payload: bytes) -> requests.Response:
+            together.wait()
+            headers = {"content-type": "application/json"}
+            return requests.post(f"{service.url}/decode", data=payload, headers=headers, timeout=300)
+
+        with ThreadPoolExecutor(max_workers=len(payloads) if concurrently else 1) as pool:
+            answers = list(pool.map(send, payloads))
         _, runs_after = service.triton_counts("megamolbart_decoder")
         return [answer.json()["smiles"][0] for answer in answers], runs_after - runs
 
