@@ -7,7 +7,7 @@ workers `serve-grpc` would run (BentoML's `bentoml_cli.worker.grpc_api_server`, 
 environment `serving.launch --grpc` gives them) are pointed at the service's own tritonserver through BentoML's
 runner map. Then:
 
-- lone requests: each protein to HTTP, gRPC and Triton directly, in rotating order; paired medians;
+- lone requests: each protein to HTTP, gRPC and Triton directly, in shuffled order; paired medians;
 - load: for each users' count, both fronts driven by that many locust users each, at the same time, so the
   machine's speed from one second to the next weighs on both alike; their seq/s and its ratio.
 
