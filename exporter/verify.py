@@ -97,6 +97,15 @@ def check_runtime_parity(
     )  # fmt: skip
 
 
+def torch_answers(
+    module: torch.nn.Module, inputs: list[str], batch: GraphInputs, outputs: int
+) -> list[np.ndarray]:
+    """The torch module's outputs for a gate batch; `inputs` in the graph's order (torch takes them positionally)."""
+    with torch.inference_mode():
+        answers = module(*(torch.from_numpy(batch.feeds[name]) for name in inputs))
+    return [answer.numpy() for answer in (answers if outputs > 1 else (answers,))]
+
+
 def _held_to_torch(
     module: torch.nn.Module,
     run: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]],
@@ -117,11 +126,10 @@ def _held_to_torch(
     outputs = [spec.name for spec in graph.outputs]
     for batch in batches:
         exported = run(outputs, batch.feeds)
-        with torch.inference_mode():
-            references = module(*(torch.from_numpy(batch.feeds[name]) for name in inputs))
-        for output_name, output, reference in zip(outputs, exported, references if len(outputs) > 1 else (references,)):
+        references = torch_answers(module, inputs, batch, len(outputs))
+        for output_name, output, reference in zip(outputs, exported, references):
             where = batch.compared.get(output_name, np.ones(output.shape[:1], dtype=bool))
-            difference = np.abs(output[where] - reference.numpy()[where])
+            difference = np.abs(output[where] - reference[where])
             worst, compared = max(worst, float(difference.max())), compared + difference.size
     if not worst <= tolerance:
         raise ParityError(

@@ -38,11 +38,11 @@ Run = Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]]
 def write(models: list[str], checkpoints: Path, repository: Path, out: Path) -> None:
     """The gate's batches and torch's outputs for every ONNX graph of `models`, as `<triton name>.<part>.npz`."""
     import onnxruntime
-    import torch
 
     from exporter.architectures import load_for_export
     from exporter.graph_inputs import verification_inputs
     from exporter.pipeline import GATE_SEED
+    from exporter.verify import torch_answers
     from model_catalog import MODELS
 
     out.mkdir(parents=True, exist_ok=True)
@@ -59,12 +59,10 @@ def write(models: list[str], checkpoints: Path, repository: Path, out: Path) -> 
                 for index, batch in enumerate(
                     verification_inputs(description, graph.role, loaded.graphs, GATE_SEED, part.name)
                 ):
-                    with torch.inference_mode():
-                        references = module(*(torch.from_numpy(batch.feeds[input_name]) for input_name in inputs))
                     for input_name, array in batch.feeds.items():
                         arrays[f"{index}/feed/{input_name}"] = array
-                    for output, reference in zip(outputs, references if len(outputs) > 1 else (references,)):
-                        arrays[f"{index}/torch/{output}"] = reference.numpy()
+                    for output, reference in zip(outputs, torch_answers(module, inputs, batch, len(outputs))):
+                        arrays[f"{index}/torch/{output}"] = reference
                         arrays[f"{index}/compared/{output}"] = batch.compared.get(
                             output, np.ones(reference.shape[:1], dtype=bool)
                         )
