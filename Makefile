@@ -34,18 +34,18 @@ $(TRITON_READY): $(INSTALLED) $(wildcard tritonserver_setup/*.py)
 models: $(MODELS_READY)
 
 # Export again whenever the descriptions or the exporter change; then time each encoder's runtimes on this machine
-# (serving.launch does it too, where a record does not hold for the machine it starts on).
+# (serving.startup.launch does it too, where a record does not hold for the machine it starts on).
 $(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
 	$(BIN)/python -m exporter defaults --force
-	$(BIN)/python -m serving.runtime_choice
+	$(BIN)/python -m serving.startup.runtime_choice
 	touch $@
 
 serve: install models
-	$(BIN)/python -m serving.launch service:svc
+	$(BIN)/python -m serving.startup.launch service:svc
 
 # BentoML's gRPC server (BentoService, BioNeMo's GenerativeSampler services, health, reflection) on the same settings.
 serve-grpc: install models
-	$(BIN)/python -m serving.launch --grpc service:svc
+	$(BIN)/python -m serving.startup.launch --grpc service:svc
 
 # The audit after the tests: a new advisory fails `make test` without hiding the tests' results.
 test: install models

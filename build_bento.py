@@ -5,7 +5,7 @@
 Every target carries the same model repository (each model has a config per
 target); the target sets BIONEMO_TARGET in the image, which makes Triton load
 that target's configs, and picks the lock of the onnxruntime those configs run
-on (serving/target_runtime.py). The default models are exported first when the
+on (serving/startup/target_runtime.py). The default models are exported first when the
 repository has none.
 """
 
@@ -22,7 +22,7 @@ from bentoml._internal.bento.build_config import BentoEnvSchema  # the type bent
 from exporter.__main__ import main as export_main
 from exporter.triton_config import config_path
 from model_catalog import MODELS, Target
-from serving.target_runtime import TARGET_BUILDS
+from serving.startup.target_runtime import TARGET_BUILDS
 
 ROOT = Path(__file__).resolve().parent
 REPOSITORY = ROOT / "model_repository"

@@ -1,8 +1,8 @@
 """BentoML front of the BioNeMo Triton models: validate, tokenize, call Triton, post-process.
 
 Routes only; the logic lives in `serving/`, the tokenizers in `preprocessing/`.
-Run with `make serve`, or `python -m serving.launch service:svc` with
-`tritonserver` on PATH; the settings (serving/settings.py) come from the environment.
+Run with `make serve`, or `python -m serving.startup.launch service:svc` with
+`tritonserver` on PATH; the settings (serving/startup/settings.py) come from the environment.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import bentoml
 import numpy as np
 
-import serving.bentoml_grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
+import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from model_catalog import MODELS
-from serving import bionemo_grpc
-from serving.admission import Admission
-from serving.encoding import EncoderEngine
-from serving.generation import MoleculeGenerator
-from serving.grpc_front import ServiceErrorInterceptor, serve_on_uvloop
-from serving.http_io import (
+from serving.fronts import bionemo_grpc
+from serving.fronts.admission import Admission
+from serving.engine.encoding import EncoderEngine
+from serving.engine.generation import MoleculeGenerator
+from serving.fronts.bentoml_grpc import ServiceErrorInterceptor, serve_on_uvloop
+from serving.fronts.bentoml_http import (
     AdminJSON,
     AdminNoInput,
     Endpoints,
@@ -28,15 +28,15 @@ from serving.http_io import (
     ValidatedNdarray,
 )
 from serving.metrics import MergeTritonMetrics
-from serving.model_registry import ModelRegistry
-from serving.openai_api import (
+from serving.triton.registry import ModelRegistry
+from serving.fronts.openai_api import (
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
     OpenAIFront,
     OpenAIJSONOutput,
     OpenAIModelList,
 )
-from serving.payloads import encode_arrays
+from serving.engine.payloads import encode_arrays
 from serving.protocol import (
     MEGAMOLBART,
     AdminModelRequest,
@@ -51,9 +51,9 @@ from serving.protocol import (
     ModelsResponse,
     RepositoryResponse,
 )
-from serving.settings import current_settings
-from serving.tracing import trace_only_when_collected
-from serving.triton_infer import TritonInferClient
+from serving.startup.settings import current_settings
+from serving.startup.tracing import trace_only_when_collected
+from serving.triton.inference import TritonInferClient
 
 settings = current_settings()
 trace_only_when_collected()

@@ -86,7 +86,7 @@ class GrpcEmbedder:
     gRPC client sends it."""
 
     def __init__(self, url: str) -> None:
-        import serving.bentoml_grpc_stubs  # noqa: F401  (BentoML's stubs for the protobuf installed)
+        import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (BentoML's stubs for the protobuf installed)
         from bentoml.grpc.v1 import service_pb2, service_pb2_grpc
 
         self.messages = service_pb2
@@ -111,7 +111,7 @@ class TritonEmbedder:
 
     The same tokenizer (`preprocessing`), the same chunks of one length bucket
     each (sent concurrently when there are several), the same tensors (binary) as the service
-    (`serving/encoding.py`), so the difference to contender 1 is the BentoML
+    (`serving/engine/encoding.py`), so the difference to contender 1 is the BentoML
     front: HTTP/JSON, validation, the runner hop.
     """
 

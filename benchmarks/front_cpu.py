@@ -1,6 +1,6 @@
 """What each front costs its API workers: CPU per sequential /embed of the bench's mix, the servers up side by side.
 
-Starts the service (HTTP), its gRPC front (`serving.launch --grpc`) and, for each `--grpc-variant KEY=VALUE`, one
+Starts the service (HTTP), its gRPC front (`serving.startup.launch --grpc`) and, for each `--grpc-variant KEY=VALUE`, one
 more gRPC server with that in its environment (`GRPC_EXPERIMENTS=` serves on grpcio's default I/O path); sends
 the same block of requests to each in turn, in alternating order, and counts the CPU time of each server's API
 workers (`/proc/<pid>/task/*/schedstat`, nanoseconds, every thread) over its blocks. The machine's drift weighs

@@ -3,7 +3,7 @@ tritonserver, each protein sent to both and straight to Triton in turn.
 
 The bare front is what the least a Python HTTP front in front of Triton does for POST /embed: uvicorn with uvloop and
 httptools (as BentoML runs them), JSON in, the same tokenizer and length buckets, one call through
-`serving/triton_infer.py`, JSON out; no validation, error shape, admission, metrics, access log or BentoML. The
+`serving/triton/inference.py`, JSON out; no validation, error shape, admission, metrics, access log or BentoML. The
 median of paired latencies, front − direct Triton, of each front is its overhead; the bare front's is the floor that
 no work on the service's own code can go under, on the CPU it runs on.
 
@@ -32,7 +32,7 @@ from benchmarks.workload import MODEL, protein
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
 from preprocessing.batching import bucketed_chunks
-from serving.triton_infer import TritonInferClient
+from serving.triton.inference import TritonInferClient
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 

@@ -2,9 +2,9 @@
 
 `make bench` compares the gRPC front (`serve-grpc`, its own tritonserver) with /embed over HTTP in alternating
 windows, and one server's own windows a minute apart differ by up to a quarter on a shared machine. Here the two
-fronts share everything but the front: the service starts as everywhere (`serving.launch`), and the gRPC API
+fronts share everything but the front: the service starts as everywhere (`serving.startup.launch`), and the gRPC API
 workers `serve-grpc` would run (BentoML's `bentoml_cli.worker.grpc_api_server`, as many as the HTTP ones, with the
-environment `serving.launch --grpc` gives them) are pointed at the service's own tritonserver through BentoML's
+environment `serving.startup.launch --grpc` gives them) are pointed at the service's own tritonserver through BentoML's
 runner map. Then:
 
 - lone requests: each protein to HTTP, gRPC and Triton directly, in shuffled order; paired medians;
@@ -33,8 +33,8 @@ from benchmarks.measure import run_point
 from benchmarks.processes import ROOT, Server, start, stop
 from benchmarks.report import machine_facts
 from benchmarks.run import servers_up, warm_up
-from serving.launch import serve_command
-from serving.settings import TRITON_METRICS_PORT_VARIABLE, Settings
+from serving.startup.launch import serve_command
+from serving.startup.settings import TRITON_METRICS_PORT_VARIABLE, Settings
 
 
 def grpc_workers_over(triton: str) -> Server:

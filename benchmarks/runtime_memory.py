@@ -30,7 +30,7 @@ from exporter.triton_backend.runtimes import Runtime, open_engine, run_in_pieces
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
 from preprocessing.batching import bucket_width
-from serving.runtime_choice import feeds_for
+from serving.startup.runtime_choice import feeds_for
 
 WHOLE = 2**62
 """An attention budget no batch reaches: every batch in one run."""

@@ -1,7 +1,7 @@
 """What the gRPC front's transport costs against HTTP's before any service code runs: trivial servers, paired calls.
 
 Two servers that do nothing but answer: grpcio's asyncio server (as BentoML's `serve-grpc` runs it: uvloop, the
-GRPC_EXPERIMENTS `serving.launch --grpc` sets) answering `grpc.health.v1.Health/Check`, and uvicorn with uvloop and
+GRPC_EXPERIMENTS `serving.startup.launch --grpc` sets) answering `grpc.health.v1.Health/Check`, and uvicorn with uvloop and
 httptools (as BentoML's HTTP workers run) answering any POST with a small JSON body. The clients are the bench's
 (`benchmarks/clients.py`): a grpcio channel of its own, and geventhttpclient. Each round trip goes to both in
 turn, in rotating order; the report gives each one's p50, the median of the paired differences and the client's CPU
@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from benchmarks.processes import Server, start, stop
 from benchmarks.report import machine_facts
-from serving.launch import GRPC_EXPERIMENTS_VARIABLE, GRPC_SERVER_EXPERIMENTS
+from serving.startup.launch import GRPC_EXPERIMENTS_VARIABLE, GRPC_SERVER_EXPERIMENTS
 
 ANSWER = b'{"status":"SERVING"}'
 

@@ -2,7 +2,7 @@
 # The image's entrypoint (set by container/Dockerfile.template).
 #   docker run IMAGE serve [--triton-options KEY=VALUE]... [bentoml serve options]
 #   docker run IMAGE serve-grpc [--triton-options KEY=VALUE]... [bentoml serve-grpc options]
-# starts the service (HTTP, or BentoML's gRPC server) through serving.launch, which
+# starts the service (HTTP, or BentoML's gRPC server) through serving.startup.launch, which
 # turns --triton-options into tritonserver arguments (bentoml serve no longer takes
 # them) and checks every BIONEMO_* setting first. Any other command goes to
 # BentoML's own entrypoint.
@@ -11,11 +11,11 @@ set -Eeuo pipefail
 if [ "$#" -eq 0 ] || [ "$1" = serve ]; then
     [ "$#" -gt 0 ] && shift
     cd "$BENTO_PATH/src"
-    exec python -m serving.launch "$BENTO_PATH" "$@"
+    exec python -m serving.startup.launch "$BENTO_PATH" "$@"
 fi
 if [ "$1" = serve-grpc ]; then
     shift
     cd "$BENTO_PATH/src"
-    exec python -m serving.launch --grpc "$BENTO_PATH" "$@"
+    exec python -m serving.startup.launch --grpc "$BENTO_PATH" "$@"
 fi
 exec "$BENTO_PATH/env/docker/entrypoint.sh" "$@"

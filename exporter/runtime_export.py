@@ -7,7 +7,7 @@ Add, Softmax, MatMul ops over [rows, heads, L, L]: on an Intel Xeon (AVX-512)
 the module under sdpa for these conversions, which each turn into a fused kernel:
 onnxruntime's MultiHeadAttention (exporter/fused_attention.py), torch's own
 (TorchScript), OpenVINO's ScaledDotProductAttention. Each file is held to the
-same parity gate as the ONNX file; `serving.runtime_choice` then times them on
+same parity gate as the ONNX file; `serving.startup.runtime_choice` then times them on
 the machine that serves (exporter/triton_backend/runtimes.py runs them).
 """
 

@@ -1,7 +1,7 @@
 """Choosing the next token from decoder logits: greedy, top-k/top-p sampling, and beam search.
 
 Pure numpy on one step's logits; the loop that calls the decoder lives in
-`serving/generation.py`.
+`serving/engine/generation.py`.
 """
 
 from __future__ import annotations

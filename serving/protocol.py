@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from model_catalog import DEFAULT_MODEL, MODELS
-from serving.settings import current_settings
+from serving.startup.settings import current_settings
 
 
 class _Strict(BaseModel):

@@ -105,14 +105,14 @@ def stop_service(running: RunningService) -> None:
 
 
 def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False) -> RunningService:
-    """`python -m serving.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
+    """`python -m serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
     models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits, or to
     break it)."""
     missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
     if missing:
         pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
     return start_service(
-        [sys.executable, "-m", "serving.launch", *(["--grpc"] if grpc else []), "service:svc"],
+        [sys.executable, "-m", "serving.startup.launch", *(["--grpc"] if grpc else []), "service:svc"],
         ROOT,
         {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
         grpc,

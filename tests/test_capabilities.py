@@ -8,8 +8,8 @@ import pytest
 
 from model_catalog import MODELS, Capability
 from serving.errors import CapabilityNotSupported, UnknownModel, http_status
-from serving.model_registry import select_model
-from serving.triton_models import ServedModel
+from serving.triton.registry import select_model
+from serving.triton.models import ServedModel
 
 
 def served(name: str, capabilities: set[Capability]) -> ServedModel:

@@ -12,7 +12,7 @@ import asyncio
 
 import numpy as np
 
-from serving.decode_batcher import DecodeBatcher, Latents, StepRows
+from serving.engine.decode_batcher import DecodeBatcher, Latents, StepRows
 
 PAD, VOCAB, END, HIDDEN = 0, 12, 11, 2
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from serving.target_runtime import CPU_BUILD, GPU_BUILD
+from serving.startup.target_runtime import CPU_BUILD, GPU_BUILD
 from tools.dependency_audit import TARGET_LOCKS
 from tritonserver_setup.readiness import free_loopback_port
 

@@ -17,7 +17,7 @@ import yaml
 from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
 
 from model_catalog import Target
-from serving.settings import Settings
+from serving.startup.settings import Settings
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes.yaml"
 # The oldest and the newest release the manifest targets; kubernetes-validate ships their schemas.

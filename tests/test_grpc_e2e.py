@@ -1,6 +1,6 @@
 """`serve-grpc` end to end: BentoML's gRPC client, BioNeMo's GenerativeSampler stubs, raw grpcio health and reflection.
 
-One service for the module: `python -m serving.launch --grpc service:svc` with the real tritonserver, an admin
+One service for the module: `python -m serving.startup.launch --grpc service:svc` with the real tritonserver, an admin
 token (the admin APIs over gRPC metadata), a small message limit (RESOURCE_EXHAUSTED) and esm2nv answering BioNeMo's
 esm1nv package (BIONEMO_ESM1NV_GRPC_MODEL). Model outputs are checked against transformers, and the BioNeMo services
 against BentoService's `hidden`, `embed` and `decode` on the same server, which run the HTTP APIs' own code.
@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from reference import TransformersReference
 
-import serving.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
+import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from preprocessing.smiles import SmilesTokenizer
 
 ADMIN_TOKEN = "grpc-admin-token-" + "0" * 32
@@ -170,7 +170,7 @@ def test_reflection_lists_bentoservice_and_bionemo_services(channel: grpc.Channe
 def bionemo_stubs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[ModuleType, ModuleType]]:
     """Client stubs generated from the .proto files alone, as a user of BioNeMo generates them from its own."""
     out = tmp_path_factory.mktemp("bionemo_stubs")
-    protos = sorted((ROOT / "serving" / "protos").glob("*.proto"))
+    protos = sorted((ROOT / "serving" / "fronts" / "bionemo_protos").glob("*.proto"))
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{protos[0].parent}", f"--python_out={out}", f"--grpc_python_out={out}",
          *(proto.name for proto in protos)],

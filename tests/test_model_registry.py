@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 from conftest import DEFAULT_REPOSITORY
 from model_catalog import Capability
 from serving.errors import ModelUnavailable, UnknownModel
-from serving.model_registry import ModelRegistry
+from serving.triton.registry import ModelRegistry
 
 
 class RepositoryRunner:

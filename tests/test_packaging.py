@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from model_catalog import Target
-from serving.target_runtime import CPU_BUILD, GPU_BUILD, TARGET_BUILDS, OnnxRuntimeBuild
+from serving.startup.target_runtime import CPU_BUILD, GPU_BUILD, TARGET_BUILDS, OnnxRuntimeBuild
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = pytest.mark.parametrize("runtime", [CPU_BUILD, GPU_BUILD], ids=lambda runtime: runtime.extra)

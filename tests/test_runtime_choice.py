@@ -23,9 +23,9 @@ from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
 from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine, process_start
 from model_catalog import DECODER, MODELS, GraphRole
-from serving.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model, instance_threads
+from serving.startup.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model, instance_threads
 from test_cached_decoder import DECODER_RUNTIMES
-from serving.settings import Settings, SettingsError
+from serving.startup.settings import Settings, SettingsError
 
 TINY_ESM2 = replace(
     MODELS["esm2nv"],
@@ -255,7 +255,7 @@ def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
     without them (TorchScript is then left out of the timings as not installed)."""
     code = (
         "import sys\nfor name in ('torch', 'transformers', 'onnx'): sys.modules[name] = None\n"
-        "import serving.launch, serving.runtime_choice, service\n"
+        "import serving.startup.launch, serving.startup.runtime_choice, service\n"
         "from exporter.triton_backend.runtimes import Runtime\nassert not Runtime.TORCHSCRIPT.installed()"
     )
     started = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from bentoml._internal.configuration.containers import BentoMLConfiguration
 
-from serving.launch import serve_command
-from serving.settings import ALL_SETTINGS, PROJECT_ROOT, Settings, SettingsError
-from serving.triton_options import TritonOption, TritonOptionError, parse_environment, render_environment, split_arguments
+from serving.startup.launch import serve_command
+from serving.startup.settings import ALL_SETTINGS, PROJECT_ROOT, Settings, SettingsError
+from serving.triton.options import TritonOption, TritonOptionError, parse_environment, render_environment, split_arguments
 
 
 def test_defaults_serve_every_model_on_loopback() -> None:
@@ -219,7 +219,7 @@ def test_grpc_launcher_builds_bentoml_serve_grpc_with_the_settings_grpc_configur
 
 def test_launcher_refuses_before_starting_anything() -> None:
     launched = subprocess.run(
-        [sys.executable, "-m", "serving.launch", "service:svc", "--triton-options", "grpc-address=0.0.0.0"],
+        [sys.executable, "-m", "serving.startup.launch", "service:svc", "--triton-options", "grpc-address=0.0.0.0"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert launched.returncode == 2

@@ -16,8 +16,8 @@ import onnxruntime
 import pytest
 
 from model_catalog import MODELS, Target
-from serving.settings import PROJECT_ROOT, SettingsError
-from serving.target_runtime import (
+from serving.startup.settings import PROJECT_ROOT, SettingsError
+from serving.startup.target_runtime import (
     CPU_BUILD,
     GPU_BUILD,
     MissingExecutionProvider,
@@ -103,7 +103,7 @@ def test_launcher_refuses_a_gpu_target_before_starting_anything() -> None:
     the one line of the refusal and nothing else, from bentoml or tritonserver."""
     environment = dict(os.environ, BIONEMO_MODEL_REPOSITORY=str(REPOSITORY), BIONEMO_TARGET="gpu")
     launched = subprocess.run(
-        [sys.executable, "-m", "serving.launch", "service:svc"],
+        [sys.executable, "-m", "serving.startup.launch", "service:svc"],
         cwd=PROJECT_ROOT, env=environment, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert launched.returncode == 2, launched.stderr

@@ -1,4 +1,4 @@
-"""serving/tracing.py: spans are made exactly when a tracing exporter would collect them."""
+"""serving/startup/tracing.py: spans are made exactly when a tracing exporter would collect them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bentoml._internal.configuration.containers import BentoMLContainer
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NoOpTracerProvider
 
-from serving.tracing import EVERY_URL, trace_only_when_collected
+from serving.startup.tracing import EVERY_URL, trace_only_when_collected
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The service's own inference client (serving/triton_infer.py) against the service's real tritonserver: the same
+"""The service's own inference client (serving/triton/inference.py) against the service's real tritonserver: the same
 tensors as tritonclient's client, Triton's errors as tritonclient's exception, connections that end handled."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 from conftest import RunningService
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
-from serving.triton_infer import TritonInferClient
+from serving.triton.inference import TritonInferClient
 
 T = TypeVar("T")
 SEQUENCES = ["MKT", "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]

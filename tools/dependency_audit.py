@@ -31,7 +31,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_LOCKS = sorted((ROOT / "container").glob("requirements-*.lock"))
-"""One per onnxruntime build (serving/target_runtime.py), as `make lock` writes them."""
+"""One per onnxruntime build (serving/startup/target_runtime.py), as `make lock` writes them."""
 DEFAULT_OSV_URL = "https://api.osv.dev/v1/query"
 PROBE_TIMEOUT_S = 5
 # `name==version` at the start of a line, before any marker or comment (as `uv pip compile` writes pins).

@@ -3,7 +3,7 @@
 The exporter copies this file into `<repository>/<model>/<version>/model.py` for
 model_catalog's DECODER graph, and `runtimes.py` beside it; tensor names, dtypes,
 the graph's two parts, the runtime that runs them (`runtime`, recorded by
-`serving.runtime_choice`; onnxruntime where none is), threads and the provider
+`serving.startup.runtime_choice`; onnxruntime where none is), threads and the provider
 come from its `config.pbtxt`. The service's decode batcher calls it once
 per step with one token for each row of every decoding in flight. For each row
 it keeps the cross-attention keys and values of the row's source (computed once)

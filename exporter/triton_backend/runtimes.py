@@ -1,7 +1,7 @@
 """The runtimes that can run a graph on CPU in the python backend, each from its own file.
 
 The exporter writes each ONNX file of a graph once more per runtime it can
-convert it for, each file held to the same parity gate; `serving.runtime_choice`
+convert it for, each file held to the same parity gate; `serving.startup.runtime_choice`
 times them on the machine that serves and records the fastest in the model's
 `config.pbtxt` (parameter `runtime`); the backend (`stateless_graph.py` or
 `cached_decoder.py`, beside which the exporter copies this file) opens that one.

@@ -3,7 +3,7 @@
 The exporter copies this file into `<repository>/<model>/<version>/model.py`, and
 `runtimes.py` beside it. Tensor names and dtypes come from the model's
 `config.pbtxt`, the single source of truth; so do the graph (`model_file`), the
-runtime (`runtime`, recorded by `serving.runtime_choice`; onnxruntime where none
+runtime (`runtime`, recorded by `serving.startup.runtime_choice`; onnxruntime where none
 is), the threads and the provider.
 Requests that Triton's dynamic batcher hands over together are concatenated
 into one run, grouped by shape and by the outputs they ask for;

@@ -3,7 +3,7 @@
 A python-backend model opens its onnxruntime session on the provider its config names (`execution_provider`:
 CPUExecutionProvider on cpu; CUDAExecutionProvider for the stateful decoder, which keeps the python backend on gpu
 and gpu-tensorrt). onnxruntime only warns about a provider it lacks and runs on the CPU, so a gpu target on the CPU
-build would serve, slowly, without a word: `python -m serving.launch` refuses it instead, before anything starts.
+build would serve, slowly, without a word: `python -m serving.startup.launch` refuses it instead, before anything starts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from model_catalog import Target
-from serving.settings import REMOTE_REPOSITORY_SCHEMES, SettingsError
+from serving.startup.settings import REMOTE_REPOSITORY_SCHEMES, SettingsError
 
 
 @dataclass(frozen=True)

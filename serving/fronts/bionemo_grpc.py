@@ -1,11 +1,11 @@
-"""BioNeMo 1.x's gRPC services (serving/protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engines.
+"""BioNeMo 1.x's gRPC services (serving/fronts/bionemo_protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engines.
 
 Code generated from BioNeMo's own `.proto` files (its InferenceWrapper with `GenerativeSamplerStub`) calls these
 unchanged. Each method turns its message into the request of the matching HTTP API, validated by the same pydantic
 model (serving/protocol.py), runs it on the same engine under the same admission (in-flight bound, deadline), and
 flattens the arrays with their `dim` as BioNeMo's servers did (and, like them, answers `smis` only from
 `HiddenToSmis`). Errors are the service's typed errors, answered with their gRPC
-code by serving/grpc_front.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
+code by serving/fronts/bentoml_grpc.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from model_catalog import Capability
-from serving.admission import Admission
-from serving.encoding import Encoded, EncoderEngine
+from serving.fronts.admission import Admission
+from serving.engine.encoding import Encoded, EncoderEngine
 from serving.errors import InvalidRequest, ServiceError
-from serving.generation import MEGAMOLBART, MoleculeGenerator
-from serving.http_io import validation_error
+from serving.engine.generation import MEGAMOLBART, MoleculeGenerator
+from serving.fronts.bentoml_http import validation_error
 from serving.metrics import counted
 from serving.protocol import DecodeRequest, EmbedRequest, HiddenRequest
-from serving.protos import (
+from serving.fronts.bionemo_protos import (
     esm1nv_pb2,
     esm1nv_pb2_grpc,
     megamolbart_pb2,

@@ -29,11 +29,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from model_catalog import Capability
-from serving.encoding import EncoderEngine
+from serving.engine.encoding import EncoderEngine
 from serving.errors import ERROR_TYPES, InvalidRequest, ServiceError, http_status
-from serving.http_io import JSONOutput, validation_error
-from serving.payloads import encode_arrays
-from serving.model_registry import ModelRegistry
+from serving.fronts.bentoml_http import JSONOutput, validation_error
+from serving.engine.payloads import encode_arrays
+from serving.triton.registry import ModelRegistry
 from serving.protocol import EmbedRequest, EncodingFormat, FloatType
 
 STARTED_AT = int(time.time())

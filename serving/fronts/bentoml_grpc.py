@@ -2,9 +2,9 @@
 
 BentoML's `BentoService/Call` catches every `Exception` an API raises and answers INTERNAL (or a code it derives
 from an HTTP status, which cannot tell 503 overload from 503 Triton away). So the IO descriptors
-(serving/http_io.py) raise a `ServiceError` wrapped in `GrpcErrorReply`, a `BaseException` that passes through
+(serving/fronts/bentoml_http.py) raise a `ServiceError` wrapped in `GrpcErrorReply`, a `BaseException` that passes through
 BentoML's servicer, and `ServiceErrorInterceptor` answers it with the code `serving.errors.GRPC_STATUS` gives.
-The BioNeMo servicers (serving/bionemo_grpc.py) raise `ServiceError` itself. Either way the details are the same
+The BioNeMo servicers (serving/fronts/bionemo_grpc.py) raise `ServiceError` itself. Either way the details are the same
 text as the HTTP error's message: the field and the item at fault.
 """
 

@@ -1,12 +1,12 @@
 """Which runtime runs each graph: timed on the machine that serves, recorded in the model's config.
 
-    python -m serving.runtime_choice [--repository model_repository]
+    python -m serving.startup.runtime_choice [--repository model_repository]
 
 The exporter writes each graph once per runtime it can convert it for, every
 file held to the same parity gate (exporter/runtime_export.py). Which is fastest
 depends on the CPU: on an Intel Xeon (AVX-512) onnxruntime's unfused attention
 ran 8 proteins of 512 residues 2x slower than torch's fused kernel. So before
-tritonserver starts, `python -m serving.launch` (and `make models`, after an
+tritonserver starts, `python -m serving.startup.launch` (and `make models`, after an
 export) times every runtime that is installed and exported on the graph's own
 shapes, on the threads one instance runs with under load: an encoder on its
 length buckets up to its longest input, one row and up to eight; the cached
@@ -38,7 +38,7 @@ from exporter.decoder_caches import layer_caches
 from exporter.triton_backend.runtimes import Runtime, open_engine
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
-from serving.settings import Settings, SettingsError
+from serving.startup.settings import Settings, SettingsError
 
 RECORD = "runtime.json"
 """The timings of a model's runtimes, beside its config.pbtxt."""
@@ -307,7 +307,7 @@ def choose_runtimes(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.runtime_choice", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m serving.startup.runtime_choice", description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     args = parser.parse_args(argv)
     try:

@@ -1,4 +1,4 @@
-"""Start the service: `python -m serving.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml options]`.
+"""Start the service: `python -m serving.startup.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml options]`.
 
 TARGET is `service:svc` in a checkout, or a bento tag or folder. `make serve`, the
 tests and the container's entrypoint all start the service this way, so that
@@ -6,8 +6,8 @@ tests and the container's entrypoint all start the service this way, so that
 join BIONEMO_TRITON_OPTIONS, which the service turns into tritonserver arguments.
 Every setting is checked before anything starts, and so is the installed
 onnxruntime against the providers the target's configs name
-(serving/target_runtime.py); each encoder of a local repository gets the runtime
-measured fastest on this machine (serving/runtime_choice.py); then this process
+(serving/startup/target_runtime.py); each encoder of a local repository gets the runtime
+measured fastest on this machine (serving/startup/runtime_choice.py); then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
 settings imply (`Settings.grpc_config_options`) added to BENTOML_CONFIG_OPTIONS, and
@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from model_catalog import MODELS, Target
-from serving.runtime_choice import RuntimeChoiceError, choose_runtimes
-from serving.settings import REMOTE_REPOSITORY_SCHEMES, TRITON_METRICS_PORT_VARIABLE, Settings, SettingsError
-from serving.target_runtime import require_providers
-from serving.triton_options import (
+from serving.startup.runtime_choice import RuntimeChoiceError, choose_runtimes
+from serving.startup.settings import REMOTE_REPOSITORY_SCHEMES, TRITON_METRICS_PORT_VARIABLE, Settings, SettingsError
+from serving.startup.target_runtime import require_providers
+from serving.triton.options import (
     ENVIRONMENT_VARIABLE,
     TritonOptionError,
     parse_environment,
@@ -34,7 +34,7 @@ from serving.triton_options import (
 )
 from tritonserver_setup.readiness import free_loopback_port
 
-USAGE = "usage: python -m serving.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
+USAGE = "usage: python -m serving.startup.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
 GRPC_FLAG = "--grpc"
 BENTOML_CONFIG_VARIABLE = "BENTOML_CONFIG_OPTIONS"
 PROMETHEUS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"

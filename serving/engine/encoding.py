@@ -12,8 +12,8 @@ from preprocessing import SequenceError, SequenceTooLong, Tokenizer, l2_normaliz
 from preprocessing.batching import bucketed_chunks
 from serving.errors import FieldProblem, InvalidRequest
 from serving.metrics import record_encoder_batches
-from serving.model_registry import ModelRegistry
-from serving.payloads import encode_arrays
+from serving.triton.registry import ModelRegistry
+from serving.engine.payloads import encode_arrays
 from serving.protocol import (
     EmbedRequest,
     HiddenRequest,
@@ -21,8 +21,8 @@ from serving.protocol import (
     Pooling,
     SequencesRequest,
 )
-from serving.triton_infer import TritonInferClient
-from serving.triton_models import ServedModel
+from serving.triton.inference import TritonInferClient
+from serving.triton.models import ServedModel
 
 @dataclass(frozen=True)
 class Embeddings:

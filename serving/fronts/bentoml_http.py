@@ -10,7 +10,7 @@ in /docs.json, so that BentoML's own clients can call every API.
 
 The same descriptors serve `bentoml serve-grpc`'s `BentoService/Call`: `from_proto` reads the request's `json`
 (or `serialized_bytes`, JSON text) and `ndarray` fields through the same validation as an HTTP body, and
-`to_proto` answers a `ServiceError` with its gRPC code (serving/grpc_front.py).
+`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml_grpc.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from serving.admission import Admission
+from serving.fronts.admission import Admission
 from serving.errors import (
     FieldProblem,
     InvalidRequest,
@@ -42,10 +42,10 @@ from serving.errors import (
     error_headers,
     http_status,
 )
-from serving.grpc_front import GrpcErrorReply, invocation_metadata
+from serving.fronts.bentoml_grpc import GrpcErrorReply, invocation_metadata
 from serving.metrics import counted, model_label
-from serving.proto_values import to_value
-from serving.settings import current_settings
+from serving.fronts.proto_values import to_value
+from serving.startup.settings import current_settings
 
 RequestT = TypeVar("RequestT")
 Handler = Callable[[RequestT], Awaitable[Any]]
@@ -247,7 +247,7 @@ class AdminNoInput(_AdminOnly, NoInput):
 class _RendersErrors:
     """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
 
-    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/openai_api.py);
+    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/fronts/openai_api.py);
     the status is always the one of serving/errors.py.
     """
 
@@ -278,7 +278,7 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
         return await super().to_http_response(obj, ctx)
 
     async def to_proto(self, obj: Any) -> Any:
-        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (serving/proto_values.py)."""
+        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (serving/fronts/proto_values.py)."""
         if isinstance(obj, BaseModel):
             return to_value(obj.model_dump(mode="json"))
         return await super().to_proto(obj)

@@ -15,8 +15,8 @@ from model_catalog import Capability, GraphRole
 from preprocessing import SmilesTokenizer
 from preprocessing.decoding import BeamSearch, greedy, log_softmax, sample_top_k_top_p
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
-from serving.decode_batcher import DecodeBatcher, Latents, StepRows
-from serving.encoding import EncoderEngine
+from serving.engine.decode_batcher import DecodeBatcher, Latents, StepRows
+from serving.engine.encoding import EncoderEngine
 from serving.errors import FieldProblem, InvalidRequest
 from serving.protocol import (
     DEFAULT_MAX_DECODE_LENGTH,
@@ -29,7 +29,7 @@ from serving.protocol import (
     GenerateResult,
     Molecule,
 )
-from serving.triton_models import ServedModel
+from serving.triton.models import ServedModel
 
 
 class TokenByToken:

@@ -1,6 +1,6 @@
 """Which catalogued models Triton serves, kept current in each API worker; and the admin API's load and unload.
 
-Discovery asks Triton (serving/triton_models.py) once, then again whenever what
+Discovery asks Triton (serving/triton/models.py) once, then again whenever what
 it serves may have changed: a request names a catalogued model that is not
 served (an admin may have loaded it through another worker), a Triton call
 failed (it may have been unloaded or Triton restarted), or a client asks
@@ -21,7 +21,7 @@ from model_catalog import MODELS, Capability, ModelDescription
 from serving.errors import CapabilityNotSupported, ModelLoadFailed, ModelUnavailable, UnknownModel
 from serving.metrics import MODEL_DISCOVERIES
 from serving.protocol import ModelInfo, ModelsResponse, RepositoryEntry
-from serving.triton_models import ServedModel, discover_models
+from serving.triton.models import ServedModel, discover_models
 
 TRITON_ERRORS = (InferenceServerException, aiohttp.ClientError, ConnectionError)
 TRITON_MODEL_OWNERS: dict[str, ModelDescription] = {

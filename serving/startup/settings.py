@@ -1,6 +1,6 @@
 """Service settings, read once from the environment at start-up; a bad value stops start-up naming it.
 
-The README's configuration table lists every variable below. `python -m serving.launch`
+The README's configuration table lists every variable below. `python -m serving.startup.launch`
 (used by `make serve` and the container's entrypoint) checks them before it starts
 anything; the service process reads the same variables again when it imports.
 """
@@ -16,10 +16,10 @@ from typing import TypeVar
 
 from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, Target
-from serving.triton_options import ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE
-from serving.triton_options import MODEL_SELECTION_KEYS, TritonOption, TritonOptionError, parse_environment
+from serving.triton.options import ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE
+from serving.triton.options import MODEL_SELECTION_KEYS, TritonOption, TritonOptionError, parse_environment
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REMOTE_REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
 """Repositories tritonserver reads itself (S3, Google Cloud Storage, Azure)."""
 
@@ -170,7 +170,7 @@ RUNTIME = Setting(
     "model=runtime items separated by commas (megamolbart=openvino: its encoder and its decoder)",
 )
 TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
-"""Internal, not a setting: the loopback port of Triton's metrics, chosen once by serving.launch, so that the
+"""Internal, not a setting: the loopback port of Triton's metrics, chosen once by serving.startup.launch, so that the
 `bentoml serve` process that starts tritonserver and every API worker that scrapes it agree."""
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
@@ -199,7 +199,7 @@ class Settings:
     """Catalog names whose graphs (encoder, and decoder where it has one) run on the runtime given; the others on the
     fastest measured."""
     triton_metrics_port: int | None = None
-    """Triton's metrics on 127.0.0.1 at this port; None (a start without serving.launch): Triton's metrics off."""
+    """Triton's metrics on 127.0.0.1 at this port; None (a start without serving.startup.launch): Triton's metrics off."""
     grpc_metrics_port: int = 3001
     esm1nv_grpc_model: str = "esm1nv"
 

@@ -1,0 +1,1 @@
+"""What every front calls: tokenize, run the graphs through Triton, post-process."""
