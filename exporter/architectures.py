@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 from google.protobuf.message import DecodeError
@@ -19,64 +19,24 @@ from safetensors import SafetensorError
 
 from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
 from exporter.errors import CheckpointError
-from model_catalog import Architecture, GraphRole, GraphSpec, ModelDescription, OnnxGraph
+from exporter.exportable import (
+    ESM_COMMON,
+    ESM_POSITIONS,
+    MEGAMOLBART_COMMON,
+    EncoderGraph,
+    ExportableModel,
+    check_token_ids,
+    encoder_only,
+)
+from exporter.nemo import NEMO_SUFFIX, load_nemo
+from model_catalog import Architecture, GraphRole, ModelDescription
 from preprocessing import tokenizer_for
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
 
 
-class EncoderGraph(torch.nn.Module):
-    """(input_ids, attention_mask, pooling_mask) -> (hidden_states, embeddings): the encoder graph Triton serves.
-
-    `embeddings` is the mean of the final hidden states over the pooling mask,
-    computed in the graph so that an embedding leaves Triton as one vector.
-    """
-
-    def __init__(self, encoder: torch.nn.Module) -> None:
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooling_mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden_states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        weights = pooling_mask.unsqueeze(-1).to(hidden_states.dtype)
-        return hidden_states, (hidden_states * weights).sum(dim=1) / weights.sum(dim=1)
-
-
-@dataclass(frozen=True)
-class ExportableModel:
-    """The loaded checkpoint as the graphs to export, and the sizes their tensor dimensions name."""
-
-    graphs: dict[GraphRole, torch.nn.Module]
-    sizes: dict[str, int]
-    max_positions: int | None
-    """Most tokens one input can have (learned position tables); None where positions are relative or rotary."""
-
-    def module(self, graph: GraphSpec, part: OnnxGraph) -> torch.nn.Module:
-        """The torch module `part` of `graph` is traced from: the graph's own, or its attribute of the part's name."""
-        module = self.graphs[graph.role]
-        return getattr(module, part.name) if graph.parts else module
-
-
-# Settings every released ESM checkpoint shares (facebook/esm*_UR50* config.json).
-_ESM_COMMON: dict[str, Any] = {
-    "vocab_size": len(ESM_ALPHABET),
-    "pad_token_id": ESM_ALPHABET.index("<pad>"),
-    "mask_token_id": ESM_ALPHABET.index("<mask>"),
-    "max_position_embeddings": 1026,
-    "layer_norm_eps": 1e-5,
-    "token_dropout": True,
-    "hidden_dropout_prob": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-}
 # Heads of a saved EsmForMaskedLM or EsmModel: the encoder graph serves hidden states, not logits or pooled output.
 ESM_UNUSED_HEADS = ("lm_head.", "contact_head.", "pooler.")
-_ESM_POSITIONS = {
-    # facebook/esm1v_t33_650M_UR90S_1 config.json: learned positions, no LayerNorm before the first layer.
-    Architecture.ESM1: {"position_embedding_type": "absolute", "emb_layer_norm_before": False},
-    Architecture.ESM2: {"position_embedding_type": "rotary", "emb_layer_norm_before": False},
-}
 
 # ProtT5-XL (Rostlab/prot_t5_xl_uniref50 config.json), less its sizes.
 _PROTT5_COMMON: dict[str, Any] = {
@@ -90,24 +50,6 @@ _PROTT5_COMMON: dict[str, Any] = {
 }
 
 
-# MegaMolBART: pre-LayerNorm encoder-decoder, learned positions, GELU; the
-# MegaMolBART special tokens <PAD>=0, ^ (begin)=2, & (end)=3.
-_MEGAMOLBART_COMMON: dict[str, Any] = {
-    "vocab_size": len(MEGAMOLBART_TOKENS),
-    "max_position_embeddings": 512,
-    "pad_token_id": MEGAMOLBART_TOKENS.index("<PAD>"),
-    "bos_token_id": MEGAMOLBART_TOKENS.index("^"),
-    "eos_token_id": MEGAMOLBART_TOKENS.index("&"),
-    "decoder_start_token_id": MEGAMOLBART_TOKENS.index("^"),
-    "forced_eos_token_id": None,
-    "activation_function": "gelu",
-    "dropout": 0.0,
-    "attention_dropout": 0.0,
-    "activation_dropout": 0.0,
-    "scale_embedding": False,
-}
-
-
 @dataclass(frozen=True)
 class _Family:
     create: Callable[[ModelDescription, Path], None]
@@ -117,7 +59,7 @@ class _Family:
 def _create_esm(description: ModelDescription, folder: Path) -> None:
     from transformers import EsmConfig, EsmForMaskedLM, EsmTokenizer
 
-    config = EsmConfig(**_ESM_COMMON, **_ESM_POSITIONS[description.architecture], **description.default_checkpoint_config)
+    config = EsmConfig(**ESM_COMMON, **ESM_POSITIONS[description.architecture], **description.default_checkpoint_config)
     EsmForMaskedLM(config).eval().save_pretrained(folder)
     vocab_file = folder / "vocab.txt"
     vocab_file.write_text("\n".join(ESM_ALPHABET) + "\n")
@@ -128,7 +70,7 @@ def _load_esm(description: ModelDescription, folder: Path) -> ExportableModel:
     from transformers import EsmConfig, EsmModel
 
     config = EsmConfig.from_pretrained(folder)
-    expected = _ESM_POSITIONS[description.architecture]["position_embedding_type"]
+    expected = ESM_POSITIONS[description.architecture]["position_embedding_type"]
     if config.model_type != "esm" or config.position_embedding_type != expected:
         raise CheckpointError(
             f"{folder / 'config.json'}: model_type={config.model_type!r}, position_embedding_type="
@@ -136,8 +78,8 @@ def _load_esm(description: ModelDescription, folder: Path) -> ExportableModel:
         )
     _check_vocab_size(folder, config.vocab_size, len(ESM_ALPHABET))
     if (folder / "vocab.txt").is_file():
-        _check_vocabulary(folder / "vocab.txt", read_vocabulary(folder / "vocab.txt"), ESM_ALPHABET)
-    return _encoder_only(_from_pretrained(EsmModel, folder, ESM_UNUSED_HEADS, add_pooling_layer=False))
+        check_token_ids(folder / "vocab.txt", read_vocabulary(folder / "vocab.txt"), ESM_ALPHABET)
+    return encoder_only(_from_pretrained(EsmModel, folder, ESM_UNUSED_HEADS, add_pooling_layer=False))
 
 
 def _create_t5_encoder(description: ModelDescription, folder: Path) -> None:
@@ -160,7 +102,7 @@ def _load_t5_encoder(description: ModelDescription, folder: Path) -> ExportableM
     _check_vocab_size(folder, config.vocab_size, len(PROTT5_TOKENS))
     _check_t5_vocabulary(folder)
     # Eager attention by default (plain ONNX ops); the exporter switches to sdpa for the runtimes that fuse it.
-    return _encoder_only(_from_pretrained(T5EncoderModel, folder, attn_implementation="eager"))
+    return encoder_only(_from_pretrained(T5EncoderModel, folder, attn_implementation="eager"))
 
 
 def _check_t5_vocabulary(folder: Path) -> None:
@@ -174,7 +116,7 @@ def _check_t5_vocabulary(folder: Path) -> None:
 
         vocabulary = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab(with_added_tokens=True)
         found = sorted(vocabulary, key=vocabulary.__getitem__)
-        _check_vocabulary(folder / "tokenizer.json", found, PROTT5_TOKENS)
+        check_token_ids(folder / "tokenizer.json", found, PROTT5_TOKENS)
     elif (folder / "spiece.model").is_file():
         from transformers.utils.sentencepiece_model_pb2_new import ModelProto
 
@@ -182,13 +124,13 @@ def _check_t5_vocabulary(folder: Path) -> None:
             pieces = [piece.piece for piece in ModelProto.FromString((folder / "spiece.model").read_bytes()).pieces]
         except DecodeError as error:
             raise CheckpointError(f"{folder / 'spiece.model'}: not a sentencepiece model ({error})") from error
-        _check_vocabulary(folder / "spiece.model", pieces, PROTT5_BASE_VOCABULARY)
+        check_token_ids(folder / "spiece.model", pieces, PROTT5_BASE_VOCABULARY)
 
 
 def _create_mbart(description: ModelDescription, folder: Path) -> None:
     from transformers import MBartConfig, MBartForConditionalGeneration
 
-    config = MBartConfig(**_MEGAMOLBART_COMMON, **description.default_checkpoint_config)
+    config = MBartConfig(**MEGAMOLBART_COMMON, **description.default_checkpoint_config)
     MBartForConditionalGeneration(config).eval().save_pretrained(folder)
     (folder / VOCABULARY_FILE.name).write_text(VOCABULARY_FILE.read_text())
 
@@ -202,7 +144,7 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
     _check_vocab_size(folder, config.vocab_size, len(MEGAMOLBART_TOKENS))
     if (folder / VOCABULARY_FILE.name).is_file():
         vocabulary = read_vocabulary(folder / VOCABULARY_FILE.name)
-        _check_vocabulary(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
+        check_token_ids(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
     model = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
         graphs={GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)},
@@ -237,36 +179,9 @@ def _from_pretrained(model_class: type, folder: Path, unused_heads: tuple[str, .
     return model.eval()
 
 
-def _encoder_only(encoder: torch.nn.Module) -> ExportableModel:
-    config = encoder.config
-    # ESM numbers learned positions from padding_idx + 1 (fairseq); rotary (ESM-2) and relative (T5) have no table.
-    learned = getattr(config, "position_embedding_type", None) == "absolute"
-    return ExportableModel(
-        graphs={GraphRole.ENCODER: EncoderGraph(encoder)},
-        sizes={"hidden_size": config.hidden_size},
-        max_positions=config.max_position_embeddings - config.pad_token_id - 1 if learned else None,
-    )
-
-
 def _check_vocab_size(folder: Path, found: int, expected: int) -> None:
     if found != expected:
         raise CheckpointError(f"{folder / 'config.json'}: vocab_size={found}, the tokenizer has {expected} tokens")
-
-
-def _check_vocabulary(path: Path, found: Sequence[str], expected: tuple[str, ...]) -> None:
-    """The checkpoint's own tokenizer must give every token the id the service's tokenizer gives it.
-
-    The service tokenizes with `preprocessing`; a checkpoint trained with other
-    ids would answer every request with plausible numbers for the wrong residues.
-    """
-    for token_id, (theirs, ours) in enumerate(zip(found, expected)):
-        if theirs != ours:
-            raise CheckpointError(
-                f"{path}: token id {token_id} is {theirs!r}, the service's tokenizer has {ours!r} there; "
-                "this checkpoint was trained with another vocabulary"
-            )
-    if len(found) != len(expected):
-        raise CheckpointError(f"{path}: {len(found)} tokens, the service's tokenizer has {len(expected)}")
 
 
 _FAMILIES: dict[Architecture, _Family] = {
@@ -290,8 +205,6 @@ def load_for_export(description: ModelDescription, folder: Path, attention: str 
     `attention` is the transformers attention implementation to run ("sdpa", "eager"); None keeps each
     family's own (sdpa for ESM, eager for T5 and MBart). exporter.fused_attention needs "sdpa".
     """
-    from exporter.nemo import NEMO_SUFFIX, load_nemo  # imported here: exporter.nemo builds on this module
-
     if folder.is_file() and folder.suffix == NEMO_SUFFIX:
         loaded = load_nemo(description, folder)
     elif not (folder / "config.json").is_file():

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from exporter.architectures import ExportableModel, attention_implementation, load_for_export
+from exporter.architectures import attention_implementation, load_for_export
+from exporter.exportable import ExportableModel
 from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx

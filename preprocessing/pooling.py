@@ -1,4 +1,4 @@
-"""Post-processing of embeddings (the encoder graph pools them: exporter/architectures.py EncoderGraph)."""
+"""Post-processing of embeddings (the encoder graph pools them: exporter/exportable.py EncoderGraph)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
-from exporter.architectures import CheckpointError, create_default_checkpoint, load_for_export
+from exporter.architectures import create_default_checkpoint, load_for_export
+from exporter.errors import CheckpointError
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files

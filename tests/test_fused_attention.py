@@ -11,8 +11,9 @@ import pytest
 import torch
 from test_exporter import TINY_SIZES
 
-from exporter.architectures import ExportableModel, create_default_checkpoint, load_for_export
+from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.errors import ExportError
+from exporter.exportable import ExportableModel
 from exporter.fused_attention import export_fused_attention_onnx
 from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx

@@ -31,8 +31,9 @@ from transformers import (
 from transformers.utils.sentencepiece_model_pb2_new import ModelProto
 
 from exporter import export_model
-from exporter.architectures import EncoderGraph, load_for_export
+from exporter.architectures import load_for_export
 from exporter.errors import CheckpointError
+from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import encoder_inputs
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS

@@ -21,7 +21,9 @@ from transformers import EsmConfig, EsmModel
 from transformers.models.esm import modeling_esm
 
 from exporter import export_model
-from exporter.architectures import CheckpointError, EncoderGraph, load_for_export
+from exporter.architectures import load_for_export
+from exporter.errors import CheckpointError
+from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import encoder_inputs
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing.vocabularies import ESM_ALPHABET

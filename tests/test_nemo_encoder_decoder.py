@@ -27,8 +27,10 @@ from test_nemo_checkpoints import (
 from transformers import MBartConfig, MBartForConditionalGeneration
 
 from exporter import export_model
-from exporter.architectures import CheckpointError, EncoderGraph, load_for_export
+from exporter.architectures import load_for_export
 from exporter.cached_decoder import CachedDecoder
+from exporter.errors import CheckpointError
+from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import cross_attention_inputs, decoder_step_inputs
 from model_catalog import MODELS, GraphRole
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from exporter.architectures import ExportableModel
+from exporter.exportable import ExportableModel
 from exporter.nemo.archive import NEMO_SUFFIX, NemoArchive, read_nemo
 from exporter.nemo.encoder_decoder import load_megamolbart, load_prott5nv
 from exporter.nemo.esm import load_esm

@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable
 import torch
 import yaml
 
-from exporter.architectures import CheckpointError, _check_vocabulary
+from exporter.errors import CheckpointError
+from exporter.exportable import check_token_ids
 
 NEMO_SUFFIX = ".nemo"
 CONFIG_MEMBER = "model_config.yaml"
@@ -145,7 +146,7 @@ def check_vocabulary(archive: NemoArchive, tokens: tuple[str, ...], source: str)
     # One token per line; a sentencepiece .vocab adds a tab and the piece's score.
     found = [line.split("\t", 1)[0].strip() for line in lines if line.strip()]
     try:
-        _check_vocabulary(archive.path / member, found, tokens)
+        check_token_ids(archive.path / member, found, tokens)
     except CheckpointError as error:
         raise CheckpointError(
             f"{error}. The service tokenizes with {source} and serves no other: export a checkpoint trained with it"

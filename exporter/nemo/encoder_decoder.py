@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import torch
 
-from exporter.architectures import _MEGAMOLBART_COMMON, EncoderGraph, ExportableModel
+from exporter.exportable import MEGAMOLBART_COMMON, EncoderGraph, ExportableModel
 from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
 from exporter.nemo.archive import (
     Convert,
@@ -242,7 +242,7 @@ def load_megamolbart(description: ModelDescription, archive: NemoArchive) -> Exp
     # Untied: every MBart tensor is filled from the Megatron tensor the forward pass of NeMo reads.
     config = MBartConfig(
         **{
-            **_MEGAMOLBART_COMMON,
+            **MEGAMOLBART_COMMON,
             **_mbart_sizes(encoder, archive),
             "decoder_layers": decoder.layers,
             "decoder_attention_heads": decoder.heads,

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from exporter.architectures import _ESM_COMMON, _ESM_POSITIONS, CheckpointError, ExportableModel, _encoder_only
+from exporter.errors import CheckpointError
+from exporter.exportable import ESM_COMMON, ESM_POSITIONS, ExportableModel, encoder_only
 from exporter.nemo.archive import (
     CONFIG_MEMBER,
     NemoArchive,
@@ -125,13 +126,13 @@ def _esm_config(description: ModelDescription, archive: NemoArchive) -> Any:
     mask_token_id = archive.field("mask_token_id", int, mask_id)
     if token_dropout and mask_token_id != mask_id:
         raise archive.invalid("mask_token_id", mask_token_id, f"must be {mask_id}, ESM's <mask>")
-    positions = _ESM_POSITIONS[description.architecture]
+    positions = ESM_POSITIONS[description.architecture]
     max_positions = archive.field("max_position_embeddings", int)
     if positions["position_embedding_type"] == "absolute":
-        max_positions += _ESM_COMMON["pad_token_id"] + 1  # the rows prepend_rows adds
+        max_positions += ESM_COMMON["pad_token_id"] + 1  # the rows prepend_rows adds
     return EsmConfig(
         **{
-            **_ESM_COMMON,
+            **ESM_COMMON,
             **positions,
             "hidden_size": hidden_size,
             "num_hidden_layers": archive.field("num_layers", int),
@@ -155,4 +156,4 @@ def load_esm(description: ModelDescription, archive: NemoArchive) -> ExportableM
             layer.intermediate = TanhGeluIntermediate(config)
     contact_head = frozenset(key for key in model.state_dict() if key.startswith("contact_head."))
     load_renamed(model, archive, _esm_rules(config), ESM_UNUSED_HEAD_KEYS, contact_head)
-    return _encoder_only(model)
+    return encoder_only(model)
