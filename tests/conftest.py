@@ -65,9 +65,12 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     process.wait()
 
 
-def start_service(command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False) -> RunningService:
+def start_service(
+    command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False, ready: bool = True
+) -> RunningService:
     """Start `command` (a launcher of `bentoml serve`, or of `serve-grpc` with `grpc`) in its own process group;
-    wait for /readyz (gRPC: the health service's SERVING).
+    wait for /readyz (gRPC: the health service's SERVING), or with `ready` False for /livez alone (HTTP: a service
+    that is not to become ready).
 
     `environment` adds to this process's; the port (and the gRPC metrics port) is a free loopback port.
     """
@@ -86,7 +89,7 @@ def start_service(command: list[str], cwd: Path, environment: dict[str, str], gr
         if grpc:
             wait_until_serving(running.url, process, STARTUP_TIMEOUT_S, "bentoml serve-grpc")
         else:
-            wait_until_ready(f"{running.url}/readyz", process, STARTUP_TIMEOUT_S, "bentoml serve")
+            wait_until_ready(f"{running.url}/{'readyz' if ready else 'livez'}", process, STARTUP_TIMEOUT_S, "bentoml serve")
     except ReadinessTimeout as error:
         stop_process_group(process)
         pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
@@ -104,7 +107,7 @@ def stop_service(running: RunningService) -> None:
     running.log_path.unlink(missing_ok=True)
 
 
-def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False) -> RunningService:
+def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False, ready: bool = True) -> RunningService:
     """`python -m serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
     models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits, or to
     break it)."""
@@ -116,6 +119,7 @@ def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False
         ROOT,
         {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
         grpc,
+        ready,
     )
 
 

@@ -20,7 +20,7 @@ def test_defaults_serve_every_model_on_loopback() -> None:
     assert (settings.host, settings.port, settings.api_workers) == ("127.0.0.1", 3000, None)
     assert settings.model_repository == str(PROJECT_ROOT / "model_repository")
     assert settings.models is None
-    assert settings.triton_arguments() == ["--allow-metrics=false"]
+    assert settings.triton_arguments() == ["--allow-metrics=false", "--exit-on-error=false"]
     assert settings.serve_arguments() == ["--host", "127.0.0.1", "--port", "3000"]
 
 
@@ -42,6 +42,7 @@ def test_every_setting_reaches_its_argument(tmp_path: Path) -> None:
     assert settings.model_repository == str(tmp_path)
     assert settings.triton_arguments() == [
         "--allow-metrics=false",
+        "--exit-on-error=false",
         "--model-config-name=gpu",
         "--model-control-mode=explicit",
         "--load-model=esm2nv",
@@ -92,9 +93,11 @@ ADMIN_TOKEN = "0123456789abcdef" * 4
 
 def test_an_admin_token_gives_triton_explicit_model_control_over_every_model() -> None:
     settings = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN})
-    assert settings.triton_arguments() == ["--allow-metrics=false", "--model-control-mode=explicit", "--load-model=*"]
+    assert settings.triton_arguments() == ["--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"]
     chosen = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_MODELS": "esm2nv"})
-    assert chosen.triton_arguments() == ["--allow-metrics=false", "--model-control-mode=explicit", "--load-model=esm2nv"]
+    assert chosen.triton_arguments() == [
+        "--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=esm2nv"
+    ]
     assert ADMIN_TOKEN not in repr(settings)
 
 
@@ -161,7 +164,7 @@ def test_the_launcher_chooses_one_loopback_metrics_port_for_tritonserver_and_eve
     settings = Settings.from_environment(environment)
     assert settings.triton_metrics_port == port
     assert settings.triton_arguments() == [
-        "--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={port}",
+        "--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={port}", "--exit-on-error=false",
     ]  # fmt: skip
     with pytest.raises(SettingsError, match="BIONEMO_TRITON_METRICS_PORT='0': expected a port number"):
         Settings.from_environment({"BIONEMO_TRITON_METRICS_PORT": "0"})
@@ -227,9 +230,10 @@ def test_launcher_refuses_before_starting_anything() -> None:
     assert "Traceback" not in launched.stderr
 
 
-def test_readme_table_lists_every_setting_with_its_default() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text()
+def test_configuration_doc_table_lists_every_setting_with_its_default() -> None:
+    """docs/configuration.md's settings table has one row per setting, with its default and meaning, and no other."""
+    configuration = (PROJECT_ROOT / "docs" / "configuration.md").read_text()
     for setting in ALL_SETTINGS:
         default = f"`{setting.default}`" if setting.default else "unset"
-        assert f"| `{setting.variable}` | {default} | {setting.meaning} |" in readme, setting.variable
-    assert len(re.findall(r"^\| `BIONEMO_\w+` \|", readme, re.MULTILINE)) == len(ALL_SETTINGS)
+        assert f"| `{setting.variable}` | {default} | {setting.meaning} |" in configuration, setting.variable
+    assert len(re.findall(r"^\| `BIONEMO_\w+` \|", configuration, re.MULTILINE)) == len(ALL_SETTINGS)

@@ -20,6 +20,9 @@ releasing every row of its stream, or a stream left unused for `idle_seconds`
 (its client vanished), is forgotten. The caches live in this one process: the
 config asks for one instance, and a restarted tritonserver has forgotten every
 cache (a call naming one gets an error, which the service answers with a 503).
+`initialize` decodes one step of one row before Triton calls the model ready, and
+forgets it: a part its runtime cannot open or run fails the load, with the
+runtime's own reason, instead of the first request.
 """
 
 from __future__ import annotations
@@ -112,6 +115,20 @@ class TritonPythonModel:
         self.threads = thread_allotment(int(parameters["intra_op_threads"]))
         self.idle_seconds = float(parameters["idle_seconds"])
         self.stream_of: dict[int, Stream] = {}
+        self._warm_up(next(int(tensor["dims"][-1]) for tensor in config["input"] if tensor["name"] == "encoder_hidden_states"))
+
+    def _warm_up(self, hidden_size: int) -> None:
+        """One step of one row (id 0, starting) over a two-position source of zeros, through both parts; forgotten."""
+        feeds = {
+            "row_ids": np.zeros(1),
+            "parent_ids": np.full(1, -1),
+            "tokens": np.zeros(1),
+            "encoder_hidden_states": np.zeros((1, 2, hidden_size)),
+            "encoder_mask": np.ones((1, 2)),
+            "released_ids": np.zeros(0),
+        }
+        self._decode(**{name: feeds[name].astype(dtype) for name, dtype in self.inputs.items()})
+        self._forget(self.stream_of[0])
 
     def execute(self, requests: list) -> list:
         responses = []

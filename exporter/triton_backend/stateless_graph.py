@@ -10,6 +10,9 @@ into one run, grouped by shape and by the outputs they ask for;
 only those outputs are copied back (an /embed asks for embeddings, not every
 token's hidden state). A call over `attention_budget` rows x tokens² runs in
 pieces, so that the runtime's memory stays bounded whatever Triton merges.
+`initialize` runs one small batch through every output before Triton calls the
+model ready: a graph its runtime cannot open or run fails the load, with the
+runtime's own reason, instead of the first request.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
 from runtimes import Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
+
+WARM_UP_TOKENS = 8
 
 
 class TritonPythonModel:
@@ -41,6 +46,11 @@ class TritonPythonModel:
         self.engine = open_engine(runtime, graph.with_name(runtime.file(graph.stem)), parameters["execution_provider"])
         self.threads = thread_allotment(int(parameters["intra_op_threads"]))
         self.attention_budget = int(parameters["attention_budget"])
+        warm_up = {
+            tensor["name"]: np.ones([1, *(WARM_UP_TOKENS if dim == -1 else dim for dim in tensor["dims"])], dtype)
+            for tensor, dtype in zip(config["input"], self.inputs.values())
+        }  # one row of WARM_UP_TOKENS tokens; ones are a real token id and a mask that keeps every token
+        run_in_pieces(self.engine, list(self.outputs), warm_up, self.attention_budget, self.threads)
 
     def execute(self, requests: list) -> list:
         arrays = [

@@ -255,6 +255,10 @@ class Settings:
         arguments = ["--allow-metrics=false"]
         if self.triton_metrics_port is not None:  # loopback only: the service's GET /metrics carries them
             arguments = ["--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={self.triton_metrics_port}"]
+        # A model that fails to load leaves tritonserver up, not ready (strict readiness: /readyz answers 503), with
+        # the reason in its log and the other models loaded; tritonserver's default exits, and the runner restarted it
+        # in a loop that loaded every model again each time.
+        arguments.append("--exit-on-error=false")
         if self.target is not Target.CPU:
             arguments.append(f"--model-config-name={self.target.value}")
         # Triton loads and unloads models once started only under explicit model control (BIONEMO_MODELS, the admin
