@@ -1,46 +1,55 @@
-"""serving/startup/tracing.py: spans are made exactly when a tracing exporter would collect them."""
+"""serving/startup/tracing.py: the launcher's environment makes BentoML create spans exactly when a tracing exporter
+would collect them, as BentoML itself reads that environment."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from pathlib import Path
 
-import pytest
-from bentoml._internal.configuration.containers import BentoMLContainer
+from bentoml._internal.configuration.containers import BentoMLConfiguration
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import NoOpTracerProvider
+from opentelemetry.trace import NonRecordingSpan
 
-from serving.startup.tracing import EVERY_URL, trace_only_when_collected
-
-
-@pytest.fixture
-def tracing() -> Iterator:
-    config = BentoMLContainer.config.tracing
-    saved = config.exporter_type.get(), config.excluded_urls.get()
-    provider = BentoMLContainer.tracer_provider
-    with provider.patch(provider.get()):  # BentoML's own provider, and nothing set on it left after the test
-        yield config
-    config.exporter_type.set(saved[0])
-    config.excluded_urls.set(saved[1])
+from serving.startup.launch import serve_command
+from serving.startup.tracing import EVERY_URL
 
 
-def test_without_an_exporter_no_url_is_traced(tracing) -> None:
-    tracing.exporter_type.set(None)
-    tracing.excluded_urls.set(None)
-    trace_only_when_collected()
-    assert tracing.excluded_urls.get() == EVERY_URL
-    assert isinstance(BentoMLContainer.tracer_provider.get(), NoOpTracerProvider)  # what the gRPC interceptor uses
+def bentoml_tracing(environment: dict[str, str]) -> dict:
+    """The `tracing` section BentoML builds from the launcher's environment (test-only use of its configuration)."""
+    config = BentoMLConfiguration(
+        override_config_file=environment.get("BENTOML_CONFIG"),
+        override_config_values=environment.get("BENTOML_CONFIG_OPTIONS"),
+    )
+    return config.to_dict()["tracing"]
 
 
-def test_with_an_exporter_every_url_is_traced(tracing) -> None:
-    tracing.exporter_type.set("otlp")
-    tracing.excluded_urls.set(None)
-    trace_only_when_collected()
-    assert tracing.excluded_urls.get() is None
-    assert isinstance(BentoMLContainer.tracer_provider.get(), TracerProvider)
+def makes_spans(environment: dict[str, str], monkeypatch) -> bool:
+    """Whether a tracer of an OpenTelemetry SDK provider, as BentoML builds one, records a span in `environment`."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", environment.get("OTEL_SDK_DISABLED", "false"))
+    span = TracerProvider().get_tracer("bentoml").start_span("request")
+    return not isinstance(span, NonRecordingSpan) or span.get_span_context().is_valid
 
 
-def test_the_users_exclusions_are_kept(tracing) -> None:
-    tracing.exporter_type.set(None)
-    tracing.excluded_urls.set("/livez,/readyz")
-    trace_only_when_collected()
-    assert tracing.excluded_urls.get() == "/livez,/readyz"
+def test_without_an_exporter_no_url_is_traced_and_no_span_is_made(monkeypatch) -> None:
+    for grpc in ([], ["--grpc"]):
+        _, environment = serve_command([*grpc, "service:svc"], {})
+        assert bentoml_tracing(environment)["excluded_urls"] == EVERY_URL
+        assert environment["OTEL_SDK_DISABLED"] == "true"
+        assert not makes_spans(environment, monkeypatch)
+
+
+def test_with_an_exporter_every_url_is_traced(monkeypatch, tmp_path: Path) -> None:
+    config = tmp_path / "bentoml.yaml"
+    config.write_text("tracing:\n  exporter_type: otlp\n")
+    for configured in ({"BENTOML_CONFIG_OPTIONS": "tracing.exporter_type=otlp"}, {"BENTOML_CONFIG": str(config)}):
+        _, environment = serve_command(["service:svc"], configured)
+        assert bentoml_tracing(environment)["excluded_urls"] is None
+        assert "OTEL_SDK_DISABLED" not in environment
+        assert makes_spans(environment, monkeypatch)
+
+
+def test_the_users_exclusions_and_switch_are_kept() -> None:
+    _, environment = serve_command(
+        ["service:svc"], {"BENTOML_CONFIG_OPTIONS": "tracing.excluded_urls=/livez,/readyz", "OTEL_SDK_DISABLED": "false"}
+    )
+    assert bentoml_tracing(environment)["excluded_urls"] == "/livez,/readyz"
+    assert environment["OTEL_SDK_DISABLED"] == "false"

@@ -11,7 +11,8 @@ measured fastest on this machine (serving/startup/runtime_choice.py); then this 
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
 settings imply (`Settings.grpc_config_options`) added to BENTOML_CONFIG_OPTIONS, and
-grpcio's I/O path chosen (GRPC_SERVER_EXPERIMENTS).
+grpcio's I/O path chosen (GRPC_SERVER_EXPERIMENTS). Either way, without a tracing
+exporter no request span is made (serving/startup/tracing.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from model_catalog import MODELS, Target
 from serving.startup.runtime_choice import RuntimeChoiceError, choose_runtimes
 from serving.startup.settings import REMOTE_REPOSITORY_SCHEMES, TRITON_METRICS_PORT_VARIABLE, Settings, SettingsError
 from serving.startup.target_runtime import require_providers
+from serving.startup.tracing import BENTOML_CONFIG_OPTIONS, untraced_environment
 from serving.triton.options import (
     ENVIRONMENT_VARIABLE,
     TritonOptionError,
@@ -36,7 +38,6 @@ from tritonserver_setup.readiness import free_loopback_port
 
 USAGE = "usage: python -m serving.startup.launch [--grpc] TARGET [--triton-options KEY=VALUE]... [bentoml serve options]"
 GRPC_FLAG = "--grpc"
-BENTOML_CONFIG_VARIABLE = "BENTOML_CONFIG_OPTIONS"
 PROMETHEUS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 GRPC_EXPERIMENTS_VARIABLE = "GRPC_EXPERIMENTS"
 GRPC_SERVER_EXPERIMENTS = "-event_engine_listener,-event_engine_for_all_other_endpoints"
@@ -64,12 +65,13 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
     settings = Settings.from_environment(child_environment)
     require_providers(settings.model_repository, settings.target)
     if grpc:  # the settings' items last: they win over the same keys in the inherited options
-        bentoml_options = [environment.get(BENTOML_CONFIG_VARIABLE, ""), *settings.grpc_config_options()]
-        child_environment[BENTOML_CONFIG_VARIABLE] = " ".join(option for option in bentoml_options if option)
+        bentoml_options = [environment.get(BENTOML_CONFIG_OPTIONS, ""), *settings.grpc_config_options()]
+        child_environment[BENTOML_CONFIG_OPTIONS] = " ".join(option for option in bentoml_options if option)
         # BentoML 1.4.39 starts serve-grpc's metrics server without the directory where its API workers write their
         # metrics (every scrape was a 500): it inherits this environment, so it gets the same one from here.
         child_environment.setdefault(PROMETHEUS_DIRECTORY_VARIABLE, prometheus_directory(environment))
         child_environment.setdefault(GRPC_EXPERIMENTS_VARIABLE, GRPC_SERVER_EXPERIMENTS)
+    child_environment.update(untraced_environment(child_environment))
     serve = "serve-grpc" if grpc else "serve"
     command = [sys.executable, "-m", "bentoml", serve, target, "--production", *settings.serve_arguments()]
     return command + serve_arguments, child_environment
