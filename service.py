@@ -17,6 +17,7 @@ from serving.fronts.admission import Admission
 from serving.engine.encoding import EncoderEngine
 from serving.engine.generation import MoleculeGenerator
 from serving.fronts.bentoml_grpc import ServiceErrorInterceptor, serve_on_uvloop
+from serving.fronts.bentoml_schema import ServesSchemaJSON
 from serving.fronts.bentoml_http import (
     AdminJSON,
     AdminNoInput,
@@ -52,11 +53,8 @@ from serving.protocol import (
     RepositoryResponse,
 )
 from serving.startup.settings import current_settings
-from serving.startup.tracing import trace_only_when_collected
-from serving.triton.inference import TritonInferClient
 
 settings = current_settings()
-trace_only_when_collected()
 serve_on_uvloop()
 triton = bentoml.triton.Runner(
     "triton",
@@ -70,10 +68,11 @@ triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
 svc.add_asgi_middleware(MergeTritonMetrics, port=settings.triton_metrics_port)  # Triton's families in GET /metrics
 svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed errors as gRPC codes
+svc.add_asgi_middleware(ServesSchemaJSON, service=svc)  # GET /schema.json, for bentoml.SyncHTTPClient/AsyncHTTPClient
 admission = Admission(settings.max_in_flight, settings.request_timeout_s)
 endpoint = Endpoints(svc, admission)
 registry = ModelRegistry(triton)
-engine = EncoderEngine(TritonInferClient.of_runner(triton), registry)
+engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
 bionemo_grpc.mount(svc, engine, generator, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services
 openai_front = OpenAIFront(engine, registry)

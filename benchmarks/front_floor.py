@@ -2,8 +2,8 @@
 tritonserver, each protein sent to both and straight to Triton in turn.
 
 The bare front is what the least a Python HTTP front in front of Triton does for POST /embed: uvicorn with uvloop and
-httptools (as BentoML runs them), JSON in, the same tokenizer and length buckets, one call through
-`serving/triton/inference.py`, JSON out; no validation, error shape, admission, metrics, access log or BentoML. The
+httptools (as BentoML runs them), JSON in, the same tokenizer and length buckets, one call through the client the
+service's runner calls Triton with (tritonclient's asyncio HTTP client, uncompressed), JSON out; no validation, error shape, admission, metrics, access log or BentoML. The
 median of paired latencies, front − direct Triton, of each front is its overhead; the bare front's is the floor that
 no work on the service's own code can go under, on the CPU it runs on.
 
@@ -19,6 +19,7 @@ import random
 import sys
 
 import numpy as np
+import tritonclient.http.aio as triton_http
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from benchmarks.clients import TRITON_DATATYPES, Embedder, HttpJsonEmbedder, triton_address
@@ -32,7 +33,7 @@ from benchmarks.workload import MODEL, protein
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
 from preprocessing.batching import bucketed_chunks
-from serving.triton.inference import TritonInferClient
+from serving.triton.inference import UNCOMPRESSED
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -41,12 +42,19 @@ def bare_front(triton: str) -> ASGIApp:
     """POST /embed {"sequences": [...]} -> {"embeddings": [[...], ...]}, nothing else checked or counted."""
     tokenizer = tokenizer_for(MODELS[MODEL])
     max_batch_size = MODELS[MODEL].batching.max_batch_size
-    client = TritonInferClient(lambda: triton)
+    clients: list[triton_http.InferenceServerClient] = []  # made in the server's event loop, at the first call
 
     async def embed_chunk(rows: list[np.ndarray], width: int) -> np.ndarray:
-        arrays = tokenizer.pad(rows, width).model_inputs()
-        inputs = [(name, TRITON_DATATYPES[name], array) for name, array in arrays.items()]
-        return await client.infer(MODEL, 1, inputs, "embeddings")
+        if not clients:
+            clients.append(triton_http.InferenceServerClient(triton))
+        inputs = []
+        for name, array in tokenizer.pad(rows, width).model_inputs().items():
+            tensor = triton_http.InferInput(name, list(array.shape), TRITON_DATATYPES[name])
+            tensor.set_data_from_numpy(array, binary_data=True)
+            inputs.append(tensor)
+        output = triton_http.InferRequestedOutput("embeddings", binary_data=True)
+        answer = await clients[0].infer(MODEL, inputs, model_version="1", outputs=[output], headers=UNCOMPRESSED)
+        return answer.as_numpy("embeddings")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from serving.protocol import (
     Pooling,
     SequencesRequest,
 )
-from serving.triton.inference import TritonInferClient
+from serving.triton import inference
 from serving.triton.models import ServedModel
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class Encoded:
 class EncoderEngine:
     """Turns validated requests into Triton calls; one instance per API worker."""
 
-    def __init__(self, triton: TritonInferClient, registry: ModelRegistry) -> None:
-        self.triton, self.registry = triton, registry
+    def __init__(self, runner: Any, registry: ModelRegistry) -> None:
+        """`runner`: the service's bentoml.triton.Runner, whose client every inference call goes through."""
+        self.runner, self.registry = runner, registry
         self.tokenizers: dict[str, Tokenizer] = {name: tokenizer_for(description) for name, description in MODELS.items()}
 
     async def model(self, name: str, capability: Capability, version: int | None = None) -> ServedModel:
@@ -172,4 +174,4 @@ class EncoderEngine:
             ]
             return np.concatenate(await asyncio.gather(*(self.infer(model, role, part, output) for part in parts)))
         with self.registry.calling(f"{graph.name} version {model.version}"):
-            return await self.triton.infer(graph.name, model.version, graph.infer_inputs(arrays), output)
+            return await inference.infer(self.runner, graph, model.version, arrays, output)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import tritonclient.http.aio as triton_http
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
@@ -50,12 +51,15 @@ class TritonGraph:
         )
         return cls(config.name, spec, inputs, config.max_batch_size, config)
 
-    def infer_inputs(self, arrays: dict[str, np.ndarray]) -> list[tuple[str, str, np.ndarray]]:
-        """(name, Triton datatype, array) per config input, in config order, cast to the config's dtype."""
-        return [
-            (tensor.name, tensor.datatype, arrays[tensor.name].astype(tensor.numpy_dtype, copy=False))
-            for tensor in self.inputs
-        ]
+    def infer_inputs(self, arrays: dict[str, np.ndarray]) -> list[triton_http.InferInput]:
+        """One InferInput per config input, in config order, cast to the config's dtype, sent as binary."""
+        infer_inputs = []
+        for tensor in self.inputs:
+            array = arrays[tensor.name].astype(tensor.numpy_dtype, copy=False)
+            infer_input = triton_http.InferInput(tensor.name, list(array.shape), tensor.datatype)
+            infer_input.set_data_from_numpy(array, binary_data=True)
+            infer_inputs.append(infer_input)
+        return infer_inputs
 
     def runtime(self) -> GraphRuntime:
         """The runtime the config records (serving.startup.runtime_choice) and its timings; onnxruntime where none is."""
