@@ -112,7 +112,7 @@ class BatchingPolicy:
     """Model instances Triton runs side by side; they overlap the python backend's own work with each other's runs."""
     intra_op_threads: int = 0
     """Threads per instance on CPU (the python backend); 0: the cores shared among the instances busy at the moment
-    (exporter/triton_backend/runtimes.CoreShare), so that a lone request runs on all of them (README: threads)."""
+    (exporter/triton_backend/runtimes.CoreShare), so that a lone request runs on all of them (docs/performance.md: threads)."""
     cache_idle_seconds: int = 60
     """A stateful graph forgets a row's cache unused this long: its client went away without releasing it."""
     attention_budget: int = 1024 * 1024

@@ -12,12 +12,12 @@ import numpy as np
 
 import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from model_catalog import MODELS
-from serving.fronts import bionemo_grpc
-from serving.fronts.admission import Admission
 from serving.engine.encoding import EncoderEngine
 from serving.engine.generation import MoleculeGenerator
+from serving.engine.payloads import encode_arrays
+from serving.fronts import bionemo_grpc
+from serving.fronts.admission import Admission
 from serving.fronts.bentoml_grpc import ServiceErrorInterceptor, serve_on_uvloop
-from serving.fronts.bentoml_schema import ServesSchemaJSON
 from serving.fronts.bentoml_http import (
     AdminJSON,
     AdminNoInput,
@@ -28,8 +28,7 @@ from serving.fronts.bentoml_http import (
     ValidatedJSON,
     ValidatedNdarray,
 )
-from serving.metrics import MergeTritonMetrics
-from serving.triton.registry import ModelRegistry
+from serving.fronts.bentoml_schema import ServesSchemaJSON
 from serving.fronts.openai_api import (
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
@@ -37,7 +36,7 @@ from serving.fronts.openai_api import (
     OpenAIJSONOutput,
     OpenAIModelList,
 )
-from serving.engine.payloads import encode_arrays
+from serving.metrics import MergeTritonMetrics
 from serving.protocol import (
     MEGAMOLBART,
     AdminModelRequest,
@@ -53,6 +52,7 @@ from serving.protocol import (
     RepositoryResponse,
 )
 from serving.startup.settings import current_settings
+from serving.triton.registry import ModelRegistry
 
 settings = current_settings()
 serve_on_uvloop()

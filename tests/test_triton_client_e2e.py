@@ -1,5 +1,5 @@
-"""tritonclient straight to the service's tritonserver, as the README's example does it: the Triton model answers what
-transformers computes, and what /embed answers, for tensors a client tokenized itself."""
+"""tritonclient straight to the service's tritonserver, as docs/clients.md's example does it: the Triton model answers
+what transformers computes, and what /embed answers, for tensors a client tokenized itself."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from preprocessing import tokenizer_for
 from reference import TransformersReference
 from test_service_e2e import TOLERANCE
 
-README_IDS = [0, 20, 15, 11, 2]
-"""The README's `ids` of "MKT" for esm2nv: <cls> M K T <eos>."""
+CLIENTS_DOC_IDS = [0, 20, 15, 11, 2]
+"""docs/clients.md's `ids` of "MKT" for esm2nv: <cls> M K T <eos>."""
 
 
 def test_the_readme_example_embeds_what_transformers_and_embed_compute(service: RunningService) -> None:
     batch = tokenizer_for(MODELS["esm2nv"]).pad([tokenizer_for(MODELS["esm2nv"]).encode("MKT")])
-    assert batch.input_ids.tolist() == [README_IDS]
-    ids = np.array([README_IDS], dtype=np.int64)
+    assert batch.input_ids.tolist() == [CLIENTS_DOC_IDS]
+    ids = np.array([CLIENTS_DOC_IDS], dtype=np.int64)
     residues = np.array([[0, 1, 1, 1, 0]], dtype=np.int64)
     client = triton.InferenceServerClient(service.triton_url)
     inputs = [triton.InferInput(name, ids.shape, "INT64") for name in ("input_ids", "attention_mask", "pooling_mask")]

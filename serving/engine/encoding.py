@@ -11,10 +11,9 @@ import numpy as np
 from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import SequenceError, SequenceTooLong, Tokenizer, l2_normalize, tokenizer_for
 from preprocessing.batching import bucketed_chunks
+from serving.engine.payloads import encode_arrays
 from serving.errors import FieldProblem, InvalidRequest
 from serving.metrics import record_encoder_batches
-from serving.triton.registry import ModelRegistry
-from serving.engine.payloads import encode_arrays
 from serving.protocol import (
     EmbedRequest,
     HiddenRequest,
@@ -24,6 +23,8 @@ from serving.protocol import (
 )
 from serving.triton import inference
 from serving.triton.models import ServedModel
+from serving.triton.registry import ModelRegistry
+
 
 @dataclass(frozen=True)
 class Embeddings:

@@ -29,7 +29,6 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from serving.fronts.admission import Admission
 from serving.errors import (
     FieldProblem,
     InvalidRequest,
@@ -42,9 +41,10 @@ from serving.errors import (
     error_headers,
     http_status,
 )
+from serving.fronts.admission import Admission
 from serving.fronts.bentoml_grpc import GrpcErrorReply, invocation_metadata
-from serving.metrics import counted, model_label
 from serving.fronts.proto_values import to_value
+from serving.metrics import counted, model_label
 from serving.startup.settings import current_settings
 
 RequestT = TypeVar("RequestT")

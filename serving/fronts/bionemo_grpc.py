@@ -22,13 +22,11 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from model_catalog import Capability
-from serving.fronts.admission import Admission
 from serving.engine.encoding import Encoded, EncoderEngine
-from serving.errors import InvalidRequest, ServiceError
 from serving.engine.generation import MEGAMOLBART, MoleculeGenerator
+from serving.errors import InvalidRequest, ServiceError
+from serving.fronts.admission import Admission
 from serving.fronts.bentoml_http import validation_error
-from serving.metrics import counted
-from serving.protocol import DecodeRequest, EmbedRequest, HiddenRequest
 from serving.fronts.bionemo_protos import (
     esm1nv_pb2,
     esm1nv_pb2_grpc,
@@ -37,6 +35,8 @@ from serving.fronts.bionemo_protos import (
     prott5nv_pb2,
     prott5nv_pb2_grpc,
 )
+from serving.metrics import counted
+from serving.protocol import DecodeRequest, EmbedRequest, HiddenRequest
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 

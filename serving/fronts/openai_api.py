@@ -30,11 +30,11 @@ from pydantic_core import PydanticCustomError
 
 from model_catalog import Capability
 from serving.engine.encoding import EncoderEngine
+from serving.engine.payloads import encode_arrays
 from serving.errors import ERROR_TYPES, InvalidRequest, ServiceError, http_status
 from serving.fronts.bentoml_http import JSONOutput, validation_error
-from serving.engine.payloads import encode_arrays
-from serving.triton.registry import ModelRegistry
 from serving.protocol import EmbedRequest, EncodingFormat, FloatType
+from serving.triton.registry import ModelRegistry
 
 STARTED_AT = int(time.time())
 """`created` of every model in GET /v1/models: when this API worker started (Triton keeps no creation time)."""

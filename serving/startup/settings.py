@@ -1,6 +1,6 @@
 """Service settings, read once from the environment at start-up; a bad value stops start-up naming it.
 
-The README's configuration table lists every variable below. `python -m serving.startup.launch`
+docs/configuration.md's table lists every variable below. `python -m serving.startup.launch`
 (used by `make serve` and the container's entrypoint) checks them before it starts
 anything; the service process reads the same variables again when it imports.
 """
@@ -114,7 +114,7 @@ def _runtimes(raw: str) -> dict[str, Runtime]:
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its name, default and meaning (tests check the README's table against these)."""
+    """One environment variable: its name, default and meaning (tests check docs/configuration.md's table against these)."""
 
     variable: str
     default: str
