@@ -3,8 +3,8 @@
 Starts the service (HTTP), its gRPC front (`serving.startup.launch --grpc`) and, for each `--grpc-variant KEY=VALUE`, one
 more gRPC server with that in its environment (`GRPC_EXPERIMENTS=` serves on grpcio's default I/O path); sends
 the same block of requests to each in turn, in alternating order, and counts the CPU time of each server's API
-workers (`/proc/<pid>/task/*/schedstat`, nanoseconds, every thread) over its blocks. The machine's drift weighs
-on all alike; Triton's own time is not counted.
+workers (benchmarks.worker_cpu: `/proc/<pid>/task/*/schedstat`, every thread) over its blocks. The machine's drift
+weighs on all alike; Triton's own time is not counted.
 
     python -m benchmarks.front_cpu --blocks 8 --block 40 --grpc-variant GRPC_EXPERIMENTS=
 """
@@ -15,15 +15,13 @@ import argparse
 import dataclasses
 import random
 import sys
-from pathlib import Path
 
 import numpy as np
-import psutil
 
 from benchmarks.contenders import CONTENDERS, Contender
-from benchmarks.processes import Running
 from benchmarks.report import machine_facts
 from benchmarks.run import servers_up
+from benchmarks.worker_cpu import api_workers, cpu_seconds
 from benchmarks.workload import embed_request
 
 FRONTS = ("service", "service-grpc")
@@ -37,22 +35,6 @@ def grpc_variant(assignment: str) -> Contender:
     environment = lambda port: {**grpc.server.environment(port), key: value}  # noqa: E731
     server = dataclasses.replace(grpc.server, name=f"service-grpc {assignment}", environment=environment)
     return dataclasses.replace(grpc, name=server.name, server=server, alternates_with=None)
-
-
-def api_workers(running: Running) -> list[psutil.Process]:
-    return [process for process in running.descendants if any("api_server" in part for part in process.cmdline())]
-
-
-def cpu_seconds(workers: list[psutil.Process]) -> float:
-    """CPU time of every thread of `workers` so far, from the scheduler's own count (not tick-granular)."""
-    nanoseconds = 0
-    for worker in workers:
-        for stat in Path(f"/proc/{worker.pid}/task").glob("*/schedstat"):
-            try:
-                nanoseconds += int(stat.read_text().split()[0])
-            except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
-                continue
-    return nanoseconds / 1e9
 
 
 def main(argv: list[str] | None = None) -> int:

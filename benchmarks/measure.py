@@ -6,7 +6,10 @@ would still be computed, and slow the next point down). Throughput counts the
 successful requests answered inside the measured window; latencies are those
 of the requests sent inside it, each from its own timer (locust's summary
 rounds them), however long after the window they were answered. Errors count
-over the whole run.
+over the whole run. For the contenders that ask (`Contender.api_workers`: the
+service's fronts, and direct-triton for their background), the CPU time the
+service's BentoML API workers' threads spent in the same window
+(benchmarks.worker_cpu, read every 0.1 s during the run).
 
 Not each request's work by the share of its time inside the window: that is
 the work done in it only once every user's requests take as long as each
@@ -17,7 +20,9 @@ users the naive server's first answers come after 0.5 s, its later ones after
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import random
 import resource
@@ -35,6 +40,7 @@ from benchmarks.clients import Embedder, TritonTotals, triton_totals
 from benchmarks.contenders import Contender
 from benchmarks.flops import EncoderShape
 from benchmarks.processes import ROOT, Running
+from benchmarks.worker_cpu import WorkerCpu
 
 DRAIN_S = 180
 """Most seconds locust waits, after a point, for the requests its users are still waiting for."""
@@ -62,6 +68,17 @@ class Point:
     window_rates: tuple[float, ...]
     """Sequences per second in each window merged into this point (`merged`): how far two windows of one server
     and the same requests differ is the noise any ratio of two such points carries."""
+    api_workers: int = 0
+    """The server's BentoML API worker processes counted (`Contender.api_workers`); 0: not counted."""
+    api_worker_cpu_s: float | None = None
+    """CPU seconds their threads spent in the measured window (benchmarks.worker_cpu); None: not counted, or a
+    worker ended or was restarted during the point."""
+
+    def api_worker_cpu_ms(self) -> float | None:
+        """API-worker CPU milliseconds per request answered in the window."""
+        if self.api_worker_cpu_s is None or not self.answered:
+            return None
+        return 1000 * self.api_worker_cpu_s / self.answered
 
     def rate(self, count: float) -> float:
         return count / self.seconds
@@ -74,6 +91,7 @@ def merged(windows: list[Point]) -> Point:
     """One point of a contender's windows at the same users: counts and seconds added, latencies pooled."""
     first, seconds = windows[0], sum(window.seconds for window in windows)
     tritons = [window.triton for window in windows if window.triton is not None]
+    cpus = [window.api_worker_cpu_s for window in windows]
     return Point(
         contender=first.contender,
         users=first.users,
@@ -88,6 +106,8 @@ def merged(windows: list[Point]) -> Point:
         triton=sum(tritons[1:], tritons[0]) if tritons else None,
         other_cpu=sum(window.other_cpu * window.seconds for window in windows) / seconds,
         window_rates=tuple(rate for window in windows for rate in window.window_rates),
+        api_workers=max(window.api_workers for window in windows),
+        api_worker_cpu_s=None if None in cpus else sum(cpu for cpu in cpus if cpu is not None),
     )
 
 
@@ -151,11 +171,12 @@ def _cpu_snapshot(server_processes: list[psutil.Process]) -> tuple[float, float,
 
 
 def _locust(contender: Contender, url: str, users: int, run_time: float) -> dict:
-    """The locustfile's record of one headless run: its start and every request."""
+    """The locustfile's record of one headless run: its start and every request. Locust takes whole seconds: a
+    fractional `run_time` (half of an odd --seconds) runs to the next one, past the window, which stays as asked."""
     results_path = Path(tempfile.mkstemp(prefix="bench-locust-", suffix=".json")[1])
     command = [
         sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), contender.user_class, "--headless",
-        "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{run_time:g}s", "--host", url,
+        "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{math.ceil(run_time)}s", "--host", url,
         "--stop-timeout", str(DRAIN_S), "--bench-results", str(results_path), "--only-summary", "--loglevel", "ERROR",
         "--exit-code-on-error", "0",
     ]  # fmt: skip
@@ -177,13 +198,16 @@ def run_point(
     triton = (contender.triton_url(running), contender.triton_model) if contender.triton_url else None
     server_processes = [psutil.Process(running.process.pid), *running.descendants]
     triton_before = triton_totals(*triton) if triton else None
+    workers = WorkerCpu(running) if contender.api_workers else None
     cpu_before = _cpu_snapshot(server_processes)
-    run = _locust(contender, url, users, warmup + seconds)
+    with workers or contextlib.nullcontext():
+        run = _locust(contender, url, users, warmup + seconds)
     wall, machine, server, locust = np.subtract(_cpu_snapshot(server_processes), cpu_before)
     triton_during = triton_totals(*triton) - triton_before if triton else None
 
     window_start = run["started"] + warmup
     window_end = window_start + seconds
+    worker_cpu = None if workers is None or workers.changed else workers.between(window_start, window_end)
     succeeded = [r for r in run["requests"] if r["ok"]]
     answered = [r for r in succeeded if window_start <= r["start"] + r["ms"] / 1000 <= window_end]
 
@@ -204,4 +228,6 @@ def run_point(
         triton=triton_during,
         other_cpu=float(max(0.0, machine - server - locust) / (wall * (os.cpu_count() or 1))),
         window_rates=(total("sequences") / seconds,),
+        api_workers=len(workers.processes) if workers else 0,
+        api_worker_cpu_s=worker_cpu,
     )

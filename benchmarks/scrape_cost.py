@@ -29,16 +29,15 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import requests
 
 from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
 from benchmarks.processes import Running, Server
+from benchmarks.worker_cpu import api_workers, cpu_seconds
 from benchmarks.workload import MODEL, embed_request
 
 PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
-API_WORKER = "bentoml_cli.worker.http_api_server"
 
 
 def service_from(checkout: Path, home: str) -> Server:
@@ -50,25 +49,6 @@ def service_from(checkout: Path, home: str) -> Server:
         environment=lambda port: {**SERVICE.environment(port), "BENTOML_HOME": home},
         cwd=checkout,
     )
-
-
-def api_workers(running: Running) -> list[psutil.Process]:
-    workers = [process for process in running.descendants if API_WORKER in " ".join(process.cmdline())]
-    if not workers:
-        raise LookupError(f"no API worker among the service's processes:\n{running.log_tail()}")
-    return workers
-
-
-def cpu_seconds(workers: list[psutil.Process]) -> float:
-    """CPU time of every thread of `workers` so far (schedstat's first field, in nanoseconds)."""
-    total = 0
-    for worker in workers:
-        for task in Path(f"/proc/{worker.pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (FileNotFoundError, ProcessLookupError):
-                continue  # a thread that ended between the listing and the read
-    return total / 1e9
 
 
 def scrape(session: requests.Session, url: str) -> tuple[float, int, float]:
