@@ -16,7 +16,14 @@ import requests
 from bentoml.exceptions import BentoMLException, UnprocessableEntity
 
 from conftest import RunningService
-from test_bentoml_client_e2e import BAD_REQUESTS, MOLECULES, PROTEIN, PUBLIC_APIS, through_curl
+from test_bentoml_client_e2e import (  # noqa: F401  (molecule_hiddens: a fixture of both modules)
+    BAD_REQUESTS,
+    MOLECULES,
+    PROTEIN,
+    PUBLIC_APIS,
+    molecule_hiddens,
+    through_curl,
+)
 from test_service_e2e import mixed_sequences
 
 TIMEOUT_S = 120
@@ -38,14 +45,6 @@ class Call(NamedTuple):
 
 def sync_client(service: RunningService) -> bentoml.SyncHTTPClient:
     return bentoml.SyncHTTPClient(service.url, timeout=TIMEOUT_S)
-
-
-@pytest.fixture(scope="module")
-def molecule_hiddens(service: RunningService) -> dict[str, Any]:
-    """/hidden of two SMILES of different lengths: the input of the decoders (the shorter one padded)."""
-    response = through_curl(service, "hidden", {"model": "megamolbart", "sequences": MOLECULES})
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 @pytest.fixture(scope="module")
