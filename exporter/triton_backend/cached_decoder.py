@@ -38,7 +38,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import Runtime, open_engine, thread_allotment  # noqa: E402
+from runtimes import FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
 
 
 class CacheError(Exception):
@@ -115,6 +115,7 @@ class TritonPythonModel:
         self.threads = thread_allotment(int(parameters["intra_op_threads"]))
         self.idle_seconds = float(parameters["idle_seconds"])
         self.stream_of: dict[int, Stream] = {}
+        self.freed_memory = FreedMemory()
         self._warm_up(next(int(tensor["dims"][-1]) for tensor in config["input"] if tensor["name"] == "encoder_hidden_states"))
 
     def _warm_up(self, hidden_size: int) -> None:
@@ -144,6 +145,7 @@ class TritonPythonModel:
             else:
                 responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("logits", logits)]))
         self._forget_idle(time.monotonic())
+        self.freed_memory.release()
         return responses
 
     def _decode(

@@ -16,12 +16,15 @@ fixes `intra_op_threads`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import enum
 import fcntl
 import importlib.util
 import json
 import mmap
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -153,6 +156,14 @@ class TorchScriptEngine:
         return [results[self.outputs.index(name)].numpy() for name in outputs]
 
 
+OPENVINO_SHAPE_CACHE = 64
+"""Input shapes whose prepared kernels OpenVINO's CPU plugin keeps for a compiled model (`CPU_RUNTIME_CACHE_CAPACITY`,
+5000 by default). A dynamic graph meets a new shape at nearly every call (the cached decoder: rows, cache length and
+source width all vary), and each kept entry held memory for good: MegaMolBART's decoder stub grew for as long as it
+served (`make soak`). With 64, its memory levels off in the first minute, and esm2nv's encoder ran 600 calls of
+21 widths x 8 batch sizes in the same time as with 5000 (AMD EPYC; docs/reliability.md)."""
+
+
 class OpenVinoEngine:
     """OpenVINO fixes a compiled model's threads: one compiled model per thread count asked for."""
 
@@ -172,7 +183,7 @@ class OpenVinoEngine:
                 # OpenVINO pins its threads to the first cores, so every instance's stub sat on the same one (two
                 # instances of one thread each answered /embed at half the rate of one instance on both cores).
                 {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
-                 "ENABLE_CPU_PINNING": False},
+                 "ENABLE_CPU_PINNING": False, "CPU_RUNTIME_CACHE_CAPACITY": OPENVINO_SHAPE_CACHE},
             )
             self.compiled[threads] = compiled.create_infer_request()
         return self.compiled[threads]
@@ -181,6 +192,28 @@ class OpenVinoEngine:
         request = self.request(threads)
         request.infer(feeds, share_inputs=True)  # reads the arrays where they lie: the decoder's caches, uncopied
         return [request.get_tensor(name).data.copy() for name in outputs]
+
+
+class FreedMemory:
+    """Hands the memory a runtime has freed back to the system, at most once every `interval_s`.
+
+    A runtime that meets ever-new shapes allocates and frees buffers of ever-new sizes; glibc keeps what is freed in
+    its arenas (one per thread that allocated), and a stub's resident memory then rose with every new size, though
+    the runtime held no more: 45-50 MiB of MegaMolBART's decoder stub on OpenVINO after 300 generations, which
+    `malloc_trim(0)` returned. Where the C library has no malloc_trim (not glibc), nothing is done.
+    """
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self._next = 0.0
+        libc = ctypes.util.find_library("c")
+        self._trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+
+    def release(self) -> None:
+        now = time.monotonic()
+        if self._trim is not None and now >= self._next:
+            self._trim(0)
+            self._next = now + self.interval_s
 
 
 def thread_allotment(intra_op_threads: int) -> Callable[[], AbstractContextManager[int]]:

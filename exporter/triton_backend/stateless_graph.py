@@ -26,7 +26,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
+from runtimes import FreedMemory, Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
 
 WARM_UP_TOKENS = 8
 
@@ -46,6 +46,7 @@ class TritonPythonModel:
         self.engine = open_engine(runtime, graph.with_name(runtime.file(graph.stem)), parameters["execution_provider"])
         self.threads = thread_allotment(int(parameters["intra_op_threads"]))
         self.attention_budget = int(parameters["attention_budget"])
+        self.freed_memory = FreedMemory()
         warm_up = {
             tensor["name"]: np.ones([1, *(WARM_UP_TOKENS if dim == -1 else dim for dim in tensor["dims"])], dtype)
             for tensor, dtype in zip(config["input"], self.inputs.values())
@@ -75,4 +76,5 @@ class TritonPythonModel:
                         for name in wanted
                     ]
                 )
+        self.freed_memory.release()
         return responses
