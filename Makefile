@@ -76,12 +76,14 @@ bench: install models $(BENCH_READY)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
 
 # Not part of `make test`: minutes of mixed /embed and /generate load; figures into docs/reliability.md,
-# exit 1 on a failed request or memory growth past the margin. Longer: `make soak SOAK_SECONDS=900`.
+# exit 1 on a failed request or a model instance's memory growing past the margin. Longer: `make soak SOAK_SECONDS=900`;
+# every graph on one runtime: `make soak SOAK_RUNTIME=openvino` (onnxruntime, onnxruntime-fused, torchscript, openvino).
 SOAK_SECONDS ?= 300
 SOAK_USERS ?= 24
+SOAK_RUNTIME ?=
 
 soak: install models $(BENCH_READY)
-	$(BIN)/python -m benchmarks.soak --seconds $(SOAK_SECONDS) --users $(SOAK_USERS)
+	$(BIN)/python -m benchmarks.soak --seconds $(SOAK_SECONDS) --users $(SOAK_USERS) $(if $(SOAK_RUNTIME),--runtime $(SOAK_RUNTIME))
 
 # The bento's packages, one lock per onnxruntime build (pyproject's runtime extras: cpu for the cpu target, gpu for
 # gpu and gpu-tensorrt), resolved for the Python and glibc of bentofile.yaml's base image.

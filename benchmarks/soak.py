@@ -1,21 +1,21 @@
 """`make soak`: minutes of mixed traffic at a concurrency that saturates the machine; no failed request, flat memory.
 
-    python -m benchmarks.soak [--seconds 300] [--users 24] [--margin 10] [--out docs/reliability.md]
+    python -m benchmarks.soak [--seconds 300] [--users 24] [--margin 5] [--runtime RUNTIME] [--out docs/reliability.md]
 
-Starts the service as `make bench` does, runs locust headless with /embed and
-/generate users side by side (`EmbedUser`, `GenerateUser`), and samples every
-`--sample` seconds the resident memory of the API side (`bentoml serve` and its
-workers) and of tritonserver with its python-backend stubs. Memory is flat when
-the median of the last fifth of the run is within `--margin` % of the median of
-its first fifth, both after `--warmup` seconds of load (onnxruntime's arenas and
-the decoder's cache arrays grow to the shapes they meet, then stay). Writes the figures
-between the markers of `docs/reliability.md`; exits 1 when a request failed or
-memory grew past the margin.
+Starts the service as `make bench` does (with `--runtime`, every graph forced to it, as BIONEMO_RUNTIME does),
+runs locust headless with /embed and /generate users side by side (`EmbedUser`, `GenerateUser`), and samples every
+`--sample` seconds the resident memory of the API side (`bentoml serve` and its workers), of tritonserver, and of
+each Triton model instance (its python-backend stub). Memory is flat when, for the API side and for every model
+instance, the median of the last fifth of the run is within `--margin` % of the median of its first fifth, both
+after `--warmup` seconds of load (onnxruntime's arenas and the decoder's cache arrays grow to the shapes they meet,
+then stay); each instance's medians of all five fifths show how its growth went over the run. Writes the figures
+between the markers of `docs/reliability.md`; exits 1 when a request failed or memory grew past the margin.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import subprocess
 import sys
@@ -30,36 +30,47 @@ import psutil
 
 from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
+from exporter.triton_backend.runtimes import Runtime
+from serving.startup.runtime_choice import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- soak: begin -->", "<!-- soak: end -->"
 
 
+TRITONSERVER = "tritonserver"
+
+
 @dataclass(frozen=True)
 class Sample:
     seconds: float
     api_mib: float
-    triton_mib: float
+    triton_mib: dict[str, float]
+    """tritonserver's own, and each model instance's (its python-backend stub, by Triton's instance name)."""
 
 
-def _is_triton(process: psutil.Process) -> bool:
-    return any(part in Path(process.exe()).name for part in ("tritonserver", "triton_python_backend_stub"))
+def triton_part(process: psutil.Process) -> str | None:
+    """`tritonserver`, the instance a python-backend stub runs (e.g. `esm2nv_0_1`: its argument before the last), or
+    None for the API side."""
+    name = Path(process.exe()).name
+    if "triton_python_backend_stub" in name:
+        return process.cmdline()[-2]
+    return TRITONSERVER if TRITONSERVER in name else None
 
 
 def sample_memory(root: psutil.Process, started: float) -> Sample:
-    """Resident memory of the API side and of Triton's side of the service's process tree, now."""
-    api = triton = 0
+    """Resident memory of the API side, of tritonserver and of each model instance of the service's tree, now."""
+    api, triton = 0, {}
     for process in [root, *root.children(recursive=True)]:
         try:
-            rss = process.memory_info().rss
-            if _is_triton(process):
-                triton += rss
-            else:
-                api += rss
+            rss, part = process.memory_info().rss, triton_part(process)
         except psutil.NoSuchProcess:
             continue
-    return Sample(time.monotonic() - started, api / 2**20, triton / 2**20)
+        if part is None:
+            api += rss
+        else:
+            triton[part] = triton.get(part, 0) + rss / 2**20
+    return Sample(time.monotonic() - started, api / 2**20, triton)
 
 
 def run_locust(url: str, users: int, seconds: float) -> dict[str, str]:
@@ -79,17 +90,20 @@ def run_locust(url: str, users: int, seconds: float) -> dict[str, str]:
     }
 
 
-def fifths(values: list[float]) -> tuple[float, float]:
-    """The medians of the first and of the last fifth of `values`."""
-    fifth = max(1, len(values) // 5)
-    return float(np.median(values[:fifth])), float(np.median(values[-fifth:]))
+def fifths(values: list[float]) -> list[float]:
+    """The medians of each fifth of `values`, in order."""
+    return [float(np.median(part)) for part in np.array_split(np.asarray(values), min(5, len(values)))]
 
 
-def memory_row(what: str, values: list[float]) -> tuple[str, float]:
-    """A report row for one side's RSS, and its growth in %."""
-    first, last = fifths(values)
-    growth = 100 * (last - first) / first
-    return f"| {what} RSS, median of the first -> last fifth | {first:.0f} -> {last:.0f} MiB ({growth:+.1f} %) |", growth
+def growth(values: list[float]) -> float:
+    """From the first fifth's median to the last's, in %."""
+    medians = fifths(values)
+    return 100 * (medians[-1] - medians[0]) / medians[0]
+
+
+def memory_row(what: str, values: list[float]) -> str:
+    """A report row: the medians of the fifths of one part's RSS, and its growth from the first to the last."""
+    return f"| {what} | {' | '.join(f'{median:.0f}' for median in fifths(values))} | {growth(values):+.1f} % |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,11 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=float, default=60, help="seconds of load before memory counts (arenas and caches fill)"
     )
-    parser.add_argument("--margin", type=float, default=10, help="largest memory growth, %%, still called flat")
+    parser.add_argument("--margin", type=float, default=5, help="largest memory growth, %%, still called flat")
+    parser.add_argument("--runtime", choices=[runtime.value for runtime in Runtime], help="every graph on it (BIONEMO_RUNTIME)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
 
-    running = processes.start(SERVICE)
+    service = SERVICE
+    if args.runtime is not None:
+        forced = {"BIONEMO_RUNTIME": args.runtime}
+        service = dataclasses.replace(SERVICE, environment=lambda port: SERVICE.environment(port) | forced)
+    running = processes.start(service)
     samples: list[Sample] = []
     stopping = threading.Event()
     try:
@@ -124,23 +143,32 @@ def main(argv: list[str] | None = None) -> int:
         stopping.set()
         processes.stop(running)
 
-    api_row, api_growth = memory_row("API side (bentoml serve, workers)", [s.api_mib for s in samples])
-    triton_row, triton_growth = memory_row("tritonserver and its stubs", [s.triton_mib for s in samples])
+    parts = sorted({part for s in samples for part in s.triton_mib})
+    series = {"API side (bentoml serve, workers)": [s.api_mib for s in samples]}
+    series |= {part: [s.triton_mib.get(part, 0.0) for s in samples] for part in parts}
+    whole = {"tritonserver and its stubs, together": [sum(s.triton_mib.values()) for s in samples]}
     failures = int(summary.pop("failures"))
-    flat = max(api_growth, triton_growth) <= args.margin
+    grown = {what: growth(values) for what, values in series.items()}
+    flat = max(grown.values()) <= args.margin
     command = "python -m benchmarks.soak " + shlex.join(argv if argv is not None else sys.argv[1:])
     sampling = f"memory every {args.sample:g} s after {args.warmup:g} s of warm-up"
+    runtimes = f"{args.runtime}, forced" if args.runtime else "each graph's, as the timings chose"
     lines = [
         BEGIN,
-        f"Measured with `{command}` ({args.users} users, {args.seconds:g} s; {sampling}):",
+        f"Measured with `{command}` ({args.users} users, {args.seconds:g} s; {sampling}) on "
+        f"{cpu_model()}; runtimes: {runtimes}:",
         "",
         "| what | figure |",
         "|---|---|",
         *(f"| {name} | {figure} |" for name, figure in summary.items()),
         f"| failed requests | {failures} |",
-        api_row,
-        triton_row,
-        f"| memory flat within {args.margin:g} % | {'yes' if flat else 'no'} |",
+        f"| memory flat within {args.margin:g} % (the API side and every model instance) | {'yes' if flat else 'no'} |",
+        "",
+        "Resident memory (MiB), the median of each fifth of the run, and the growth from the first fifth to the last:",
+        "",
+        "| process | 1st | 2nd | 3rd | 4th | 5th | growth |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(memory_row(what, values) for what, values in (series | whole).items()),
         "",
         END,
     ]
