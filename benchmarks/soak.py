@@ -15,6 +15,7 @@ between the markers of `docs/reliability.md`; exits 1 when a request failed or m
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import shlex
 import subprocess
@@ -27,9 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import requests
 
 from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
+from benchmarks.workload import DRUG_SMILES, MAX_RESIDUES, MODEL, SAMPLES_PER_SEED, SEQUENCES_PER_REQUEST
 from exporter.triton_backend.runtimes import Runtime
 from serving.startup.runtime_choice import cpu_model
 
@@ -71,6 +74,25 @@ def sample_memory(root: psutil.Process, started: float) -> Sample:
         else:
             triton[part] = triton.get(part, 0) + rss / 2**20
     return Sample(time.monotonic() - started, api / 2**20, triton)
+
+
+PRIMED_LENGTHS = (60, 124, 252, 508, MAX_RESIDUES)
+"""Protein lengths of the priming /embed requests: the length buckets' steps up to the model's limit, where the
+attention budget's pieces change shape (more rows of shorter proteins per piece)."""
+
+
+def prime(url: str, users: int) -> None:
+    """Send the largest requests the load sends, `users` / 2 at once (the /embed users, then the /generate users):
+    8 proteins of each of PRIMED_LENGTHS, and the longest seed molecule with the most samples."""
+    longest = max(DRUG_SMILES, key=len)
+    embed = [{"sequences": ["M" * length] * SEQUENCES_PER_REQUEST[1], "model": MODEL} for length in PRIMED_LENGTHS]
+    generate = {"smiles": [longest], "num_samples": SAMPLES_PER_SEED[1], "seed": 0}
+    at_once = max(1, users // 2)
+    with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
+        for path, body in [*(("/embed", each) for each in embed), ("/generate", generate)]:
+            answers = pool.map(lambda _: requests.post(f"{url}{path}", json=body, timeout=600), range(at_once))
+            for answer in answers:
+                answer.raise_for_status()
 
 
 def run_locust(url: str, users: int, seconds: float) -> dict[str, str]:
@@ -127,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: list[Sample] = []
     stopping = threading.Event()
     try:
+        prime(running.url, args.users)
         root, started = psutil.Process(running.process.pid), time.monotonic()
 
         def sample() -> None:
@@ -151,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     grown = {what: growth(values) for what, values in series.items()}
     flat = max(grown.values()) <= args.margin
     command = "python -m benchmarks.soak " + shlex.join(argv if argv is not None else sys.argv[1:])
-    sampling = f"memory every {args.sample:g} s after {args.warmup:g} s of warm-up"
+    sampling = f"memory every {args.sample:g} s after the largest requests and {args.warmup:g} s of warm-up"
     runtimes = f"{args.runtime}, forced" if args.runtime else "each graph's, as the timings chose"
     lines = [
         BEGIN,
