@@ -126,6 +126,11 @@ class GraphRuntime(BaseModel):
     total_ms: dict[str, float] = Field(
         default_factory=dict, description="Each runtime's milliseconds over the timed batch shapes (runtime.json)."
     )
+    grown_mib: dict[str, float] = Field(
+        default_factory=dict,
+        description="How many MiB each runtime's memory grew over its timed runs; measurement does not choose one that "
+        "grew past GROWTH_LIMIT_MIB (serving/startup/runtime_choice.py).",
+    )
 
 
 class ModelInfo(BaseModel):

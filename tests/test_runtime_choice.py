@@ -1,6 +1,6 @@
 """The runtime each graph runs: every exported runtime held to torch, the fastest timed here recorded (the encoders on
-their length buckets, the cached decoder on its steps and cross-attention), a setting overriding it, and a record that
-no longer holds for this machine timed again."""
+their length buckets, the cached decoder on whole generations) unless its memory grew, a setting overriding it, and a
+record that no longer holds for this machine timed again."""
 
 from __future__ import annotations
 
@@ -23,7 +23,17 @@ from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
 from exporter.triton_backend.runtimes import CoreShare, Runtime, open_engine, process_start
 from model_catalog import DECODER, MODELS, GraphRole
-from serving.startup.runtime_choice import RECORD, RuntimeChoiceError, available, choose_runtimes, cpu_model, instance_threads
+from serving.startup.runtime_choice import (
+    GROWTH_LIMIT_MIB,
+    METHOD,
+    RECORD,
+    RuntimeChoiceError,
+    Timings,
+    available,
+    choose_runtimes,
+    cpu_model,
+    instance_threads,
+)
 from test_cached_decoder import DECODER_RUNTIMES
 from serving.startup.settings import Settings, SettingsError
 
@@ -78,8 +88,8 @@ def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(reposi
     choices = choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     record = json.loads((repository / "esm2nv" / RECORD).read_text())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
-    assert set(totals) == {runtime.value for runtime in Runtime}  # TorchScript is timed and shown, never chosen
-    choosable = {runtime: total for runtime, total in totals.items() if Runtime(runtime).chosen_by_timing}
+    assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in Runtime}  # TorchScript: never chosen
+    choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
     assert choices == {"esm2nv": Runtime(min(choosable, key=choosable.__getitem__))} != {"esm2nv": Runtime.TORCHSCRIPT}
     config = config_of(repository)
     assert config.parameters["runtime"].string_value == choices["esm2nv"].value
@@ -107,8 +117,10 @@ def test_a_record_that_holds_is_not_timed_again(repository: Path) -> None:
         lambda record: record.update(cpu=f"not {record['cpu']}"),  # whatever CPU runs the tests
         lambda record: record.update(threads=record["threads"] + 1),
         lambda record: record["milliseconds"].pop("openvino"),
+        lambda record: record.update(method=METHOD - 1),
+        lambda record: [record.pop(key) for key in ("method", "grown_mib")],  # a record from before either was kept
     ],
-    ids=["another-cpu", "other-threads", "another-set-of-runtimes"],
+    ids=["another-cpu", "other-threads", "another-set-of-runtimes", "another-method", "an-older-record"],
 )
 def test_a_record_made_elsewhere_is_timed_again(repository: Path, stale) -> None:
     choose_runtimes(repository, {}, ["esm2nv"])
@@ -120,6 +132,14 @@ def test_a_record_made_elsewhere_is_timed_again(repository: Path, stale) -> None
     choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     assert any(line.startswith("esm2nv: timing") for line in lines)
     assert json.loads(path.read_text())["cpu"] == cpu_model()
+
+
+def test_a_runtime_whose_memory_grew_while_timed_is_not_chosen_however_fast() -> None:
+    fast, slow = Runtime.OPENVINO.value, Runtime.ONNXRUNTIME.value
+    timings = Timings("a CPU", 1, 1, {fast: {"1x64": 1.0}, slow: {"1x64": 2.0}}, {fast: 0.0, slow: 0.0}, {}, METHOD)
+    assert timings.fastest() is Runtime.OPENVINO
+    grown = replace(timings, grown_mib={fast: GROWTH_LIMIT_MIB + 0.1, slow: 0.0})
+    assert grown.fastest() is Runtime.ONNXRUNTIME and not grown.eligible(fast)
 
 
 def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(repository: Path) -> None:
@@ -161,15 +181,14 @@ def molecules(exported_molecules: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(exported_molecules, tmp_path / "repository"))
 
 
-def test_the_decoder_records_the_fastest_over_its_steps_and_cross_attention(molecules: Path) -> None:
+def test_the_decoder_records_the_fastest_over_whole_generations(molecules: Path) -> None:
     choices = choose_runtimes(molecules, {}, ["megamolbart"])
     record = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())
-    shapes = ["cross_attention 1x60", "cross_attention 16x60", "step 1x40", "step 1x100", "step 16x40", "step 16x100"]
-    assert all(list(times) == shapes for times in record["milliseconds"].values())
+    assert all(list(times) == ["generation 1x100", "generation 16x100"] for times in record["milliseconds"].values())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
-    assert set(totals) == {runtime.value for runtime in DECODER_RUNTIMES}
+    assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in DECODER_RUNTIMES}
     chosen = choices["megamolbart_decoder"]
-    choosable = {runtime: total for runtime, total in totals.items() if Runtime(runtime).chosen_by_timing}
+    choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
     assert chosen == Runtime(min(choosable, key=choosable.__getitem__))
     assert config_of(molecules, "megamolbart_decoder").parameters["runtime"].string_value == chosen.value
     assert record["threads"] == len(os.sched_getaffinity(0))  # its one instance runs on every core
@@ -181,8 +200,9 @@ def test_a_runtime_only_the_encoder_has_forces_the_encoder_and_leaves_the_decode
 ) -> None:
     lines: list[str] = []
     choices = choose_runtimes(molecules, {"megamolbart": Runtime.ONNXRUNTIME_FUSED}, ["megamolbart"], report=lines.append)
-    measured = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())["milliseconds"]
-    choosable = [runtime for runtime in measured if Runtime(runtime).chosen_by_timing]
+    record = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())
+    measured = record["milliseconds"]
+    choosable = [runtime for runtime in measured if Timings(**record).eligible(runtime)]
     fastest = min(choosable, key=lambda runtime: sum(measured[runtime].values()))
     assert choices == {"megamolbart_encoder": Runtime.ONNXRUNTIME_FUSED, "megamolbart_decoder": Runtime(fastest)}
     decoder = json.loads(config_of(molecules, "megamolbart_decoder").parameters["runtime_timings"].string_value)

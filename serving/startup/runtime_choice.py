@@ -10,8 +10,9 @@ tritonserver starts, `python -m serving.startup.launch` (and `make models`, afte
 export) times every runtime that is installed and exported on the graph's own
 shapes, on the threads one instance runs with under load: an encoder on its
 length buckets up to its longest input, one row and up to eight; the cached
-decoder on steps of one row and of a batch of decodings, early and late in a
-molecule, and on its cross-attention part. It writes the choice
+decoder on whole generations of one row and of a batch of decodings, the
+cross-attention and every step with its caches growing, each run meeting
+shapes new to the runtime as serving does. It writes the choice
 into `config.pbtxt` (parameter `runtime`, which the backend opens) and the
 timings beside it (`runtime.json`; `GET /models` shows them). A choice is timed
 again only when it was made on another CPU, with other threads, for another
@@ -22,6 +23,7 @@ version or set of runtimes, or the config lost it (a new export).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -31,11 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter.decoder_caches import layer_caches
-from exporter.triton_backend.runtimes import Runtime, open_engine
+from exporter.triton_backend.runtimes import Engine, FreedMemory, Runtime, open_engine
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
 from serving.startup.settings import Settings, SettingsError
@@ -45,12 +48,18 @@ RECORD = "runtime.json"
 SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
 MOST_ROWS = 8
 """Rows of the largest batch timed: what requests of 1-8 sequences merge into, in a bounded time."""
-DECODER_ROWS, DECODED_POSITIONS, SOURCE_TOKENS = (1, 16), (40, 100), 60
-"""The decoder's steps timed: one decoding and a batch of them in flight, after 40 and 100 tokens, of a source of
-60 tokens (a drug-like SMILES); its cross-attention part on the same sources."""
+DECODER_ROWS, GENERATED_TOKENS, SOURCE_TOKENS = (1, 16), 100, 60
+"""The decoder's generations timed: one decoding and a batch of them in flight, of GENERATED_TOKENS tokens each, from
+sources of about 60 tokens (a drug-like SMILES)."""
 WARM_UP_RUNS, TIMED_RUNS = 2, 2
 """Runs per shape: the warm-up (TorchScript's profiling executor optimises a graph at its second run), then the timed
 ones, of which the fastest counts (the others met a busy machine)."""
+GROWTH_LIMIT_MIB = 4.0
+"""Most a runtime's memory may grow over its timed runs, which repeat shapes it has met (an encoder) or meet new ones
+as serving does (the decoder), and still be chosen: a runtime that keeps megabytes per run would grow for as long as
+it served. Growth by kilobytes per shape is below what seconds of timing can see: `make soak` measures that."""
+METHOD = 2
+"""1: the decoder timed on isolated steps; 2: on whole generations, and the memory each runtime grew by recorded."""
 
 
 class RuntimeChoiceError(ValueError):
@@ -65,22 +74,32 @@ class Timings:
     threads: int
     version: int
     milliseconds: dict[str, dict[str, float]]
-    """Runtime value -> its time on each batch shape: `<rows>x<tokens>` (an encoder), `cross_attention <rows>x<source
-    tokens>` and `step <rows>x<decoded positions>` (the decoder)."""
+    """Runtime value -> its time on each batch shape: `<rows>x<tokens>` (an encoder), `generation <rows>x<tokens>`
+    (the decoder: a whole generation of that many rows and tokens)."""
+    grown_mib: dict[str, float]
+    """Runtime value -> how much the process's memory grew over its timed runs, after its warm-up ones."""
     left_out: dict[str, str]
     """Runtime value -> why it was not timed."""
+    method: int
+    """How the timings were taken (METHOD): a record taken another way is timed again."""
 
-    def measured_for(self) -> tuple[str, int, int, set[str]]:
-        """What the timings hold for: the CPU, the threads, the version and the runtimes available then."""
-        return self.cpu, self.threads, self.version, set(self.milliseconds)
+    def measured_for(self) -> tuple[str, int, int, set[str], int]:
+        """What the timings hold for: the CPU, the threads, the version, the runtimes available then and the way they
+        were timed."""
+        return self.cpu, self.threads, self.version, set(self.milliseconds), self.method
 
     def totals(self) -> dict[str, float]:
         return {runtime: round(sum(times.values()), 1) for runtime, times in self.milliseconds.items()}
 
+    def eligible(self, runtime: str) -> bool:
+        """Whether timing may choose `runtime`: one that serving never runs unforced (TorchScript), or whose memory
+        grew over GROWTH_LIMIT_MIB in its timed runs, may not."""
+        return Runtime(runtime).chosen_by_timing and self.grown_mib.get(runtime, 0.0) <= GROWTH_LIMIT_MIB
+
     def fastest(self) -> Runtime:
-        """The runtime of the smallest total among those timing may choose; onnxruntime where none ran (Triton's load
-        then fails, saying why)."""
-        totals = {runtime: total for runtime, total in self.totals().items() if Runtime(runtime).chosen_by_timing}
+        """The runtime of the smallest total among the eligible; onnxruntime where none ran (Triton's load then fails,
+        saying why)."""
+        totals = {runtime: total for runtime, total in self.totals().items() if self.eligible(runtime)}
         return Runtime(min(totals, key=totals.__getitem__)) if totals else Runtime.ONNXRUNTIME
 
 
@@ -92,13 +111,12 @@ def cpu_model() -> str:
 
 
 @dataclass(frozen=True)
-class TimedBatch:
-    """One batch each runtime runs: `feeds` for the graph's part `part` (model_catalog.OnnxGraph), asking `outputs`."""
+class TimedWork:
+    """What each runtime runs and is timed on: `run(engines, threads)`, its engines by graph part
+    (model_catalog.OnnxGraph), under the name `shape` in the record."""
 
     shape: str
-    part: str
-    outputs: list[str]
-    feeds: dict[str, np.ndarray]
+    run: Callable[[Mapping[str, Engine], int], object]
 
 
 def timing_shapes(description: ModelDescription, config: model_config_pb2.ModelConfig) -> list[tuple[int, int]]:
@@ -120,44 +138,53 @@ def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.ran
     return tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)]).model_inputs()
 
 
-def encoder_batches(
-    description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig
-) -> list[TimedBatch]:
+def encoder_batches(description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig) -> list[TimedWork]:
     """The encoder's timing_shapes, asking for the config's first output (what the service asks most)."""
     rng = np.random.default_rng(0)
     (part,) = graph.onnx_graphs
+    output = config.output[0].name
+
+    def batch(feeds: dict[str, np.ndarray]) -> Callable[[Mapping[str, Engine], int], object]:
+        return lambda engines, threads: engines[part.name].run([output], feeds, threads)
+
     return [
-        TimedBatch(f"{rows}x{tokens}", part.name, [config.output[0].name], feeds_for(description, rows, tokens, rng))
+        TimedWork(f"{rows}x{tokens}", batch(feeds_for(description, rows, tokens, rng)))
         for rows, tokens in timing_shapes(description, config)
     ]
 
 
-def decoder_batches(config: model_config_pb2.ModelConfig, version_dir: Path) -> list[TimedBatch]:
-    """The cached decoder's cross-attention on random sources, and its steps against their keys and values (computed
-    by the ONNX file, which every export has) and random caches of the tokens decoded before."""
+def decoder_generations(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
+    """Whole generations of the cached decoder, as serving runs them: the cross-attention of random sources, then
+    GENERATED_TOKENS steps, each appending its keys and values to caches that double as the backend's do
+    (exporter/triton_backend/cached_decoder.py). Each run's sources are one token narrower than the last run's, so
+    every run meets cache shapes new to the runtime, as serving's ever-different molecules do: a runtime that
+    prepares kernels per shape pays for it here, not only in serving."""
     rng = np.random.default_rng(0)
     hidden_size = next(tensor.dims[-1] for tensor in config.input if tensor.name == "encoder_hidden_states")
     vocab_size = config.output[0].dims[-1]
-    sources = rng.standard_normal((max(DECODER_ROWS), SOURCE_TOKENS, hidden_size)).astype(np.float32)
-    cross_attention = open_engine(Runtime.ONNXRUNTIME, version_dir / Runtime.ONNXRUNTIME.file("cross_attention"))
-    (cross_kv,) = cross_attention.run(["cross_kv"], {"encoder_hidden_states": sources}, 1)
-    batches = [
-        TimedBatch(f"cross_attention {rows}x{SOURCE_TOKENS}", "cross_attention", ["cross_kv"],
-                   {"encoder_hidden_states": sources[:rows]})
-        for rows in DECODER_ROWS
-    ]  # fmt: skip
-    for rows in DECODER_ROWS:
-        for decoded in DECODED_POSITIONS:
-            self_kv = rng.standard_normal((rows, *cross_kv.shape[1:4], decoded, cross_kv.shape[5])).astype(np.float32)
-            feeds = {
-                "token": rng.integers(vocab_size, size=rows),
-                "position": np.full(rows, decoded),
-                "self_mask": np.ones((rows, decoded), dtype=np.int64),
-                "encoder_mask": np.ones((rows, SOURCE_TOKENS), dtype=np.int64),
-                **layer_caches(self_kv, cross_kv[:rows]),
-            }
-            batches.append(TimedBatch(f"step {rows}x{decoded}", "step", ["logits", "token_kv"], feeds))
-    return batches
+    widths = itertools.count(SOURCE_TOKENS, -1)
+
+    def generation(rows: int) -> Callable[[Mapping[str, Engine], int], object]:
+        def run(engines: Mapping[str, Engine], threads: int) -> None:
+            sources = rng.standard_normal((rows, next(widths), hidden_size)).astype(np.float32)
+            (cross_kv,) = engines["cross_attention"].run(["cross_kv"], {"encoder_hidden_states": sources}, threads)
+            caches = layer_caches(np.zeros((rows, *cross_kv.shape[1:4], 1, cross_kv.shape[5]), np.float32), cross_kv)
+            masks = {"self_mask": np.zeros((rows, 1), np.int64), "encoder_mask": np.ones(sources.shape[:2], np.int64)}
+            for position in range(GENERATED_TOKENS):
+                if position == masks["self_mask"].shape[1]:  # full: twice the positions, as the backend grows them
+                    masks["self_mask"] = np.pad(masks["self_mask"], ((0, 0), (0, position)))
+                    for name in (name for name in caches if name.startswith("self_")):
+                        caches[name] = np.pad(caches[name], ((0, 0), (0, 0), (0, position), (0, 0)))
+                step = {"token": rng.integers(vocab_size, size=rows), "position": np.full(rows, position)}
+                _, token_kv = engines["step"].run(["logits", "token_kv"], step | masks | caches, threads)
+                for layer in range(token_kv.shape[1]):
+                    caches[f"self_keys_{layer}"][:, :, position] = token_kv[:, layer, 0, :, 0]
+                    caches[f"self_values_{layer}"][:, :, position] = token_kv[:, layer, 1, :, 0]
+                masks["self_mask"][:, position] = 1
+
+        return run
+
+    return [TimedWork(f"generation {rows}x{GENERATED_TOKENS}", generation(rows)) for rows in DECODER_ROWS]
 
 
 def available(version_dir: Path, graph: GraphSpec) -> tuple[dict[Runtime, dict[str, Path]], dict[str, str]]:
@@ -179,32 +206,39 @@ def available(version_dir: Path, graph: GraphSpec) -> tuple[dict[Runtime, dict[s
 def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int) -> Timings:
     """Time every runtime available in `version_dir`, shape by shape, runtime after runtime."""
     if folder.graph.role is GraphRole.DECODER:
-        batches = decoder_batches(config, version_dir)
+        work = decoder_generations(config)
     else:
-        batches = encoder_batches(folder.description, folder.graph, config)
+        work = encoder_batches(folder.description, folder.graph, config)
     files, left_out = available(version_dir, folder.graph)
-    milliseconds = {}
+    milliseconds, grown = {}, {}
     for runtime, paths in files.items():
         try:
             engines = {part: open_engine(runtime, path) for part, path in paths.items()}
-            milliseconds[runtime.value] = {
-                batch.shape: _fastest_run(lambda: engines[batch.part].run(batch.outputs, batch.feeds, threads))
-                for batch in batches
-            }
+            milliseconds[runtime.value], grown[runtime.value] = _timed(work, engines, threads)
         except Exception as error:  # noqa: BLE001 - a file its runtime cannot run is left out; Triton's load says why
             left_out[runtime.value] = f"does not run here ({type(error).__name__})"
-    return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, left_out)
+    return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, grown, left_out, METHOD)
 
 
-def _fastest_run(run: Callable[[], object]) -> float:
+def _timed(work: list[TimedWork], engines: Mapping[str, Engine], threads: int) -> tuple[dict[str, float], float]:
+    """The fastest of TIMED_RUNS runs of each work after WARM_UP_RUNS of all, and the MiB this process's resident
+    memory grew over the timed runs (freed memory handed back before each reading, as the backends do)."""
     for _ in range(WARM_UP_RUNS):
-        run()
-    durations = []
+        for each in work:
+            each.run(engines, threads)
+    before = _resident_mib()
+    durations: dict[str, list[float]] = {each.shape: [] for each in work}
     for _ in range(TIMED_RUNS):
-        started = time.perf_counter()
-        run()
-        durations.append(time.perf_counter() - started)
-    return round(1000 * min(durations), 2)
+        for each in work:
+            started = time.perf_counter()
+            each.run(engines, threads)
+            durations[each.shape].append(time.perf_counter() - started)
+    return {shape: round(1000 * min(times), 2) for shape, times in durations.items()}, round(_resident_mib() - before, 1)
+
+
+def _resident_mib() -> float:
+    FreedMemory(interval_s=0).release()
+    return psutil.Process().memory_info().rss / 2**20
 
 
 @dataclass(frozen=True)
@@ -239,7 +273,10 @@ class ModelFolder:
         """Record `runtime` in the config, where the backend reads it, and the timings beside it; a config that
         already says so is left as it is."""
         header, config = self.read_config()
-        summary = json.dumps({"chosen_by": chosen_by, "cpu": timings.cpu, "threads": timings.threads, "total_ms": timings.totals()})
+        summary = json.dumps(
+            {"chosen_by": chosen_by, "cpu": timings.cpu, "threads": timings.threads, "total_ms": timings.totals(),
+             "grown_mib": timings.grown_mib}
+        )  # fmt: skip
         (self.path / RECORD).write_text(json.dumps(asdict(timings), indent=2) + "\n")
         if config.parameters["runtime"].string_value == runtime.value and config.parameters["runtime_timings"].string_value == summary:
             return
@@ -282,7 +319,7 @@ def choose_runtimes(
         threads = instance_threads(config)
         timings = folder.recorded()
         runtimes = {runtime.value for runtime in available(version_dir, folder.graph)[0]}
-        now = (cpu_model(), threads, int(version_dir.name), runtimes)
+        now = (cpu_model(), threads, int(version_dir.name), runtimes, METHOD)
         if "runtime" not in config.parameters or timings is None or timings.measured_for() != now:
             report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
             timings = measure(folder, config, version_dir, threads)
