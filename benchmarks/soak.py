@@ -34,6 +34,9 @@ from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
 from benchmarks.workload import DRUG_SMILES, MAX_RESIDUES, MODEL, SAMPLES_PER_SEED, SEQUENCES_PER_REQUEST
 from exporter.triton_backend.runtimes import Runtime
+from model_catalog import MODELS
+from preprocessing import tokenizer_for
+from preprocessing.batching import bucket_width
 from serving.startup.runtime_choice import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,16 +79,21 @@ def sample_memory(root: psutil.Process, started: float) -> Sample:
     return Sample(time.monotonic() - started, api / 2**20, triton)
 
 
-PRIMED_LENGTHS = (60, 124, 252, 508, MAX_RESIDUES)
-"""Protein lengths of the priming /embed requests: the length buckets' steps up to the model's limit, where the
-attention budget's pieces change shape (more rows of shorter proteins per piece)."""
+def primed_lengths() -> list[int]:
+    """A protein length for each of the model's length buckets, its widest: an arena's largest working set is not at
+    the longest input (the attention budget's pieces of long rows hold few rows) but at whichever width lets the most
+    rows into one piece, which depends on the runtime (esm2nv on fused onnxruntime: 160-224 tokens)."""
+    tokens = tokenizer_for(MODELS[MODEL]).max_model_tokens
+    special = tokens - MAX_RESIDUES
+    return sorted({bucket_width(length + special, tokens) - special for length in range(1, MAX_RESIDUES + 1)})
 
 
 def prime(url: str, users: int) -> None:
     """Send the largest requests the load sends, `users` / 2 at once (the /embed users, then the /generate users):
-    8 proteins of each of PRIMED_LENGTHS, and the longest seed molecule with the most samples."""
+    8 proteins of each of primed_lengths(), and the longest seed molecule with the most samples. The many rows of
+    one length reach every instance in merged batches of the most rows."""
     longest = max(DRUG_SMILES, key=len)
-    embed = [{"sequences": ["M" * length] * SEQUENCES_PER_REQUEST[1], "model": MODEL} for length in PRIMED_LENGTHS]
+    embed = [{"sequences": ["M" * length] * SEQUENCES_PER_REQUEST[1], "model": MODEL} for length in primed_lengths()]
     generate = {"smiles": [longest], "num_samples": SAMPLES_PER_SEED[1], "seed": 0}
     at_once = max(1, users // 2)
     with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
