@@ -79,12 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     contenders = {PICK: {}} | {runtime: {"BIONEMO_RUNTIME": f"{MODEL}={runtime}"} for runtime in decoder_runtimes()}
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     picked = ""
-    print(f"{cpu_model()}; /generate, {args.users} users, {args.seconds:g} s per contender, {args.rounds} rounds", flush=True)
+    print(f"{cpu_model()}; /generate, {args.users} users, {args.seconds:g} s a contender, {args.rounds} rounds", flush=True)
     for round_index in range(args.rounds):
         order = list(contenders) if round_index % 2 == 0 else list(reversed(contenders))
         for name in order:
             forced = contenders[name]
-            server = dataclasses.replace(SERVICE, environment=lambda port, forced=forced: SERVICE.environment(port) | forced)
+            environment = lambda port, forced=forced: SERVICE.environment(port) | forced  # noqa: E731
+            server = dataclasses.replace(SERVICE, environment=environment)
             running = processes.start(server)
             try:
                 if name == PICK:
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, mean in means.items():
         label = f"{PICK} ({picked})" if name == PICK else f"{name}, forced"
         print(f"| {label} | {mean:.2f} |")
-    print(f"\nThe timings' pick serves {means[PICK] / means[best]:.2f}x the requests/s of the best forced runtime ({best}).")
+    ratio = means[PICK] / means[best]
+    print(f"\nThe timings' pick serves {ratio:.2f}x the requests/s of the best forced runtime ({best}).")
     return 0
 
 

@@ -133,7 +133,7 @@ def test_the_decoder_memory_levels_off_over_generations_of_new_shapes(forced: tu
     runtime, service = forced
     stub, rng = decoder_stub(service), np.random.default_rng(27)
     largest = [decode_body(rng, 8, 60, 80) for _ in range(DECODINGS_AT_ONCE)]
-    shapes = zip(rng.integers(1, 9, MEMORY_GENERATIONS), rng.integers(5, 61, MEMORY_GENERATIONS), rng.integers(10, 81, MEMORY_GENERATIONS))
+    shapes = zip(*(rng.integers(low, high, MEMORY_GENERATIONS) for low, high in ((1, 9), (5, 61), (10, 81))))
     bodies = [decode_body(rng, int(rows), int(width), int(tokens)) for rows, width, tokens in shapes]
 
     def decode(body: dict[str, object]) -> None:

@@ -53,13 +53,15 @@ DECODER_ROWS, GENERATED_TOKENS, SOURCE_TOKENS = (1, 16), 100, 60
 sources of about 60 tokens (a drug-like SMILES)."""
 WARM_UP_RUNS, TIMED_RUNS = 2, 2
 """Runs per shape: the warm-up (TorchScript's profiling executor optimises a graph at its second run), then the timed
-ones, of which the fastest counts (the others met a busy machine)."""
-GROWTH_LIMIT_MIB = 4.0
+ones, one per round of all runtimes, of which the fastest counts (the others met a busy machine)."""
+GROWTH_LIMIT_MIB = 8.0
 """Most a runtime's memory may grow over its timed runs, which repeat shapes it has met (an encoder) or meet new ones
 as serving does (the decoder), and still be chosen: a runtime that keeps megabytes per run would grow for as long as
-it served. Growth by kilobytes per shape is below what seconds of timing can see: `make soak` measures that."""
-METHOD = 2
-"""1: the decoder timed on isolated steps; 2: on whole generations, and the memory each runtime grew by recorded."""
+it served. onnxruntime's arena, bounded, moved by up to 2.1 MiB over the decoder's timed generations. Growth by
+kilobytes per shape is below what seconds of timing can see: `make soak` measures that."""
+METHOD = 3
+"""1: the decoder timed on isolated steps; 2: on whole generations, the memory each runtime grew by recorded; 3: the
+runtimes' timed runs interleaved."""
 
 
 class RuntimeChoiceError(ValueError):
@@ -138,7 +140,9 @@ def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.ran
     return tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)]).model_inputs()
 
 
-def encoder_batches(description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig) -> list[TimedWork]:
+def encoder_batches(
+    description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig
+) -> list[TimedWork]:
     """The encoder's timing_shapes, asking for the config's first output (what the service asks most)."""
     rng = np.random.default_rng(0)
     (part,) = graph.onnx_graphs
@@ -204,36 +208,42 @@ def available(version_dir: Path, graph: GraphSpec) -> tuple[dict[Runtime, dict[s
 
 
 def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int) -> Timings:
-    """Time every runtime available in `version_dir`, shape by shape, runtime after runtime."""
+    """Time every runtime available in `version_dir`: WARM_UP_RUNS of all its work, then TIMED_RUNS rounds, each of
+    which runs every runtime's work in turn, so that a spell of load from elsewhere slows every runtime rather than
+    the one it met (a clean clone's timings, taken while a test loaded the machine, once gave onnxruntime 233 ms for
+    a one-row generation that takes 55-73 ms). Each work's fastest run counts; a runtime's memory growth is summed
+    over its timed runs (freed memory handed back before each reading, as the backends do)."""
     if folder.graph.role is GraphRole.DECODER:
         work = decoder_generations(config)
     else:
         work = encoder_batches(folder.description, folder.graph, config)
     files, left_out = available(version_dir, folder.graph)
-    milliseconds, grown = {}, {}
+    engines: dict[str, Mapping[str, Engine]] = {}
     for runtime, paths in files.items():
         try:
-            engines = {part: open_engine(runtime, path) for part, path in paths.items()}
-            milliseconds[runtime.value], grown[runtime.value] = _timed(work, engines, threads)
+            engines[runtime.value] = {part: open_engine(runtime, path) for part, path in paths.items()}
+            for _ in range(WARM_UP_RUNS):
+                for each in work:
+                    each.run(engines[runtime.value], threads)
         except Exception as error:  # noqa: BLE001 - a file its runtime cannot run is left out; Triton's load says why
+            engines.pop(runtime.value, None)
             left_out[runtime.value] = f"does not run here ({type(error).__name__})"
-    return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, grown, left_out, METHOD)
-
-
-def _timed(work: list[TimedWork], engines: Mapping[str, Engine], threads: int) -> tuple[dict[str, float], float]:
-    """The fastest of TIMED_RUNS runs of each work after WARM_UP_RUNS of all, and the MiB this process's resident
-    memory grew over the timed runs (freed memory handed back before each reading, as the backends do)."""
-    for _ in range(WARM_UP_RUNS):
-        for each in work:
-            each.run(engines, threads)
-    before = _resident_mib()
-    durations: dict[str, list[float]] = {each.shape: [] for each in work}
+    durations = {runtime: {each.shape: [] for each in work} for runtime in engines}
+    grown = dict.fromkeys(engines, 0.0)
     for _ in range(TIMED_RUNS):
-        for each in work:
-            started = time.perf_counter()
-            each.run(engines, threads)
-            durations[each.shape].append(time.perf_counter() - started)
-    return {shape: round(1000 * min(times), 2) for shape, times in durations.items()}, round(_resident_mib() - before, 1)
+        for runtime, parts in engines.items():
+            before = _resident_mib()
+            for each in work:
+                started = time.perf_counter()
+                each.run(parts, threads)
+                durations[runtime][each.shape].append(time.perf_counter() - started)
+            grown[runtime] += _resident_mib() - before
+    milliseconds = {
+        runtime: {shape: round(1000 * min(times), 2) for shape, times in shapes.items()}
+        for runtime, shapes in durations.items()
+    }
+    grown_mib = {runtime: round(mib, 1) for runtime, mib in grown.items()}
+    return Timings(cpu_model(), threads, int(version_dir.name), milliseconds, grown_mib, left_out, METHOD)
 
 
 def _resident_mib() -> float:
