@@ -165,18 +165,26 @@ class TorchScriptEngine:
         return [results[self.outputs.index(name)].numpy() for name in outputs]
 
 
-OPENVINO_SHAPE_CACHE = 64
+OPENVINO_SHAPE_CACHE = 16
 """Input shapes whose prepared kernels OpenVINO's CPU plugin keeps for a compiled model (`CPU_RUNTIME_CACHE_CAPACITY`,
 5000 by default). A dynamic graph meets a new shape at nearly every call (the cached decoder: rows, cache length and
 source width all vary), and each kept entry held memory for good: MegaMolBART's decoder stub grew for as long as it
-served (`make soak`). With 64, its memory levels off in the first minute, and esm2nv's encoder ran 600 calls of
-21 widths x 8 batch sizes in the same time as with 5000 (AMD EPYC; docs/reliability.md)."""
+served (`make soak`). esm2nv's encoder ran 200 batches of 21 widths x 8 batch sizes as fast with 16 as with 64
+(3,517-3,564 and 3,559-3,590 tokens/s, the same memory; AMD EPYC, docs/reliability.md)."""
+
+ONEDNN_PRIMITIVE_CACHE = 64
+"""Kernels that oneDNN, inside OpenVINO's CPU plugin, keeps in its one cache per process
+(`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, 1024 by default), apart from the plugin's per-shape cache: a new shape's kernels
+are new primitives, and 1024 of them held the decoder stub 60-80 MiB above its level after the plugin's cache was
+capped (make test's check, +11.6 % over 200 generations). With 64 the decoder ran 500 generations flat within 4 %,
+in the same time; a user's own setting of the variable is kept."""
 
 
 class OpenVinoEngine:
     """OpenVINO fixes a compiled model's threads: one compiled model per thread count asked for."""
 
     def __init__(self, path: Path) -> None:
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))  # read at first use
         import openvino
 
         self.core = openvino.Core()
