@@ -14,7 +14,7 @@ EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/*/*.py prep
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve serve-grpc test audit lock bench soak clean
+.PHONY: install models serve serve-grpc test audit lock image bench soak clean
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -89,12 +89,31 @@ soak: install models $(BENCH_READY)
 # gpu and gpu-tensorrt), resolved for the Python and glibc of bentofile.yaml's base image.
 RUNTIMES := cpu gpu
 
+# The stand-in base (make image BASE_IMAGE=stand-in) has Debian 12's Python 3.11 and glibc 2.36: its lock keeps the cpu
+# lock's pins but those it cannot install (perf-analyzer 2.60, which tritonclient[all] pulls in, has wheels for glibc
+# 2.38 and newer only).
+STAND_IN_PYTHON := 3.11
+STAND_IN_PLATFORM := x86_64-manylinux_2_36
+STAND_IN_UNPINNED := perf-analyzer
+
 lock: $(INSTALLED)
 	for runtime in $(RUNTIMES); do \
 		$(BIN)/uv pip compile pyproject.toml --extra $$runtime --python-version $(IMAGE_PYTHON) \
 			--python-platform $(IMAGE_PLATFORM) --only-binary :all: --no-python-downloads --quiet \
 			-o container/requirements-$$runtime.lock || exit 1; \
 	done
+	grep -v '^$(STAND_IN_UNPINNED)==' container/requirements-cpu.lock > $(VENV)/stand-in-constraints.txt
+	$(BIN)/uv pip compile pyproject.toml --extra cpu --python-version $(STAND_IN_PYTHON) \
+		--python-platform $(STAND_IN_PLATFORM) --only-binary :all: --no-python-downloads --quiet \
+		-c $(VENV)/stand-in-constraints.txt -o container/requirements-cpu-stand-in.lock
+
+# The bento's image, with docker, podman or buildah (container/image.py): on bentofile.yaml's base image, any other
+# with tritonserver on PATH (BASE_IMAGE=...), or BASE_IMAGE=stand-in, a stand-in for it built here first.
+BASE_IMAGE ?=
+TARGET ?= cpu
+
+image: install models
+	$(BIN)/python -m container.image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) --target $(TARGET)
 
 clean:
 	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY)

@@ -38,7 +38,11 @@ def repository_is_complete(repository: Path) -> bool:
     )
 
 
-def build(target: Target = Target.CPU) -> bentoml.Bento:
+def build(
+    target: Target = Target.CPU, base_image: str | None = None, python_version: str | None = None, lock: str | None = None
+) -> bentoml.Bento:
+    """The bento for `target`; `base_image`, its `python_version` and the `lock` installed on it replace
+    bentofile.yaml's and the target's (container/image.py builds on a stand-in base with them)."""
     exporting = ["defaults", "--repository", str(REPOSITORY), "--checkpoints", str(ROOT / "checkpoints")]
     if not repository_is_complete(REPOSITORY) and export_main(exporting):
         raise SystemExit("export failed; nothing was built")
@@ -46,7 +50,11 @@ def build(target: Target = Target.CPU) -> bentoml.Bento:
     options["labels"] = {**options.get("labels", {}), "target": target.value}
     envs = [*options.get("envs", []), {"name": "BIONEMO_TARGET", "value": target.value}]
     options["envs"] = [BentoEnvSchema(**env) for env in envs]
-    options["python"] = {**options["python"], "requirements_txt": TARGET_BUILDS[target].lock}
+    options["python"] = {**options["python"], "requirements_txt": lock or TARGET_BUILDS[target].lock}
+    if base_image:
+        options["docker"] = {**options["docker"], "base_image": base_image}
+    if python_version:
+        options["docker"] = {**options["docker"], "python_version": python_version}
     return bentoml.bentos.build(**options, build_ctx=str(ROOT))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from container.image import STAND_IN_LOCK, STAND_IN_PYTHON
 from model_catalog import Target
 from serving.startup.target_runtime import CPU_BUILD, GPU_BUILD, TARGET_BUILDS, OnnxRuntimeBuild
 
@@ -22,8 +23,10 @@ def lock_text(runtime: OnnxRuntimeBuild) -> str:
     return (ROOT / runtime.lock).read_text()
 
 
-def locked_versions(runtime: OnnxRuntimeBuild) -> dict[str, str]:
-    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock_text(runtime), re.MULTILINE)
+def locked_versions(runtime: OnnxRuntimeBuild | str) -> dict[str, str]:
+    """A lock's pins, by name; `runtime` is a runtime's build or a lock's path."""
+    text = (ROOT / runtime).read_text() if isinstance(runtime, str) else lock_text(runtime)
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", text, re.MULTILINE)
     return {name.lower().replace("_", "-"): version for name, version in pins}
 
 
@@ -55,7 +58,7 @@ def test_every_target_installs_the_lock_of_its_runtime() -> None:
     assert re.search(r"^RUNTIMES := (.+)$", makefile, re.MULTILINE).group(1).split() == ["cpu", "gpu"]
     assert "-o container/requirements-$$runtime.lock" in makefile
     assert {path.name for path in (ROOT / "container").glob("*.lock")} == {
-        Path(CPU_BUILD.lock).name, Path(GPU_BUILD.lock).name
+        Path(CPU_BUILD.lock).name, Path(GPU_BUILD.lock).name, Path(STAND_IN_LOCK).name
     }
 
 
@@ -79,10 +82,32 @@ def test_lock_was_resolved_for_the_python_of_the_base_image(runtime: OnnxRuntime
     assert docker["dockerfile_template"] == "container/Dockerfile.template"
 
 
-def resolve_lock(runtime: OnnxRuntimeBuild, python: str, platform: str) -> subprocess.CompletedProcess[str]:
-    """uv resolves the lock again, wheels only, for `python` on `platform` (asks PyPI; about a second)."""
+def makefile_setting(name: str) -> str:
+    return re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
+
+
+def test_the_stand_in_lock_keeps_the_cpu_locks_pins_but_those_its_platform_cannot_install() -> None:
+    """The stand-in base has Debian 12's Python and glibc, not the real image's: its lock (make image
+    BASE_IMAGE=stand-in) is the cpu lock resolved again for them, every pin kept but STAND_IN_UNPINNED's."""
+    assert makefile_setting("STAND_IN_PYTHON") == STAND_IN_PYTHON
+    cpu, stand_in = locked_versions(CPU_BUILD), locked_versions(STAND_IN_LOCK)
+    unpinned = set(makefile_setting("STAND_IN_UNPINNED").split())
+    assert set(cpu) == set(stand_in)
+    assert {name for name in cpu if cpu[name] != stand_in[name]} == unpinned
+    command = (ROOT / STAND_IN_LOCK).read_text().splitlines()[1]
+    platform = makefile_setting("STAND_IN_PLATFORM")
+    assert f" --extra cpu --python-version {STAND_IN_PYTHON} --python-platform {platform} " in command
+    resolved = resolve_lock(STAND_IN_LOCK, STAND_IN_PYTHON, platform)
+    assert resolved.returncode == 0, resolved.stderr
+    assert {line for line in resolved.stdout.splitlines() if "==" in line} == {
+        f"{name}=={version}" for name, version in stand_in.items()
+    }
+
+
+def resolve_lock(lock: str, python: str, platform: str) -> subprocess.CompletedProcess[str]:
+    """uv resolves `lock` again, wheels only, for `python` on `platform` (asks PyPI; about a second)."""
     return subprocess.run(
-        [sys.executable, "-m", "uv", "pip", "compile", str(ROOT / runtime.lock), "--python-version", python,
+        [sys.executable, "-m", "uv", "pip", "compile", str(ROOT / lock), "--python-version", python,
          "--python-platform", platform, "--only-binary", ":all:", "--no-header", "--no-annotate",
          "--no-python-downloads"],
         capture_output=True, text=True, timeout=300, check=False,
@@ -91,7 +116,7 @@ def resolve_lock(runtime: OnnxRuntimeBuild, python: str, platform: str) -> subpr
 
 @RUNTIMES
 def test_lock_resolves_to_itself_with_wheels_for_the_image(runtime: OnnxRuntimeBuild) -> None:
-    resolved = resolve_lock(runtime, *image_target())
+    resolved = resolve_lock(runtime.lock, *image_target())
     assert resolved.returncode == 0, resolved.stderr
     assert {line for line in resolved.stdout.splitlines() if "==" in line} == {
         f"{name}=={version}" for name, version in locked_versions(runtime).items()
@@ -104,5 +129,5 @@ def test_lock_resolves_to_itself_with_wheels_for_the_image(runtime: OnnxRuntimeB
 )
 def test_lock_does_not_resolve_for_other_pythons(runtime: OnnxRuntimeBuild, python: str, missing: str) -> None:
     """Why the image's Python matters: the pins need 3.11 or newer (onnxruntime 1.31 too), numpy 1.26 has no 3.13 wheels."""
-    resolved = resolve_lock(runtime, python, image_target()[1])
+    resolved = resolve_lock(runtime.lock, python, image_target()[1])
     assert resolved.returncode != 0 and missing in resolved.stderr
