@@ -176,8 +176,8 @@ ONEDNN_PRIMITIVE_CACHE = 64
 """Kernels that oneDNN, inside OpenVINO's CPU plugin, keeps in its one cache per process
 (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, 1024 by default), apart from the plugin's per-shape cache: a new shape's kernels
 are new primitives, and 1024 of them held the decoder stub 60-80 MiB above its level after the plugin's cache was
-capped (make test's check, +11.6 % over 200 generations). With 64 the decoder ran 500 generations flat within 4 %,
-in the same time; a user's own setting of the variable is kept."""
+capped (make test's check in CI, +11.6 %). With 64, and 16 shapes kept by the plugin, the decoder ran 500 generations
+in-process flat within 4 %, in the same time (AMD EPYC); a user's own setting of the variable is kept."""
 
 
 class OpenVinoEngine:
