@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+from container.image import STAND_IN_LOCK
 from serving.startup.target_runtime import CPU_BUILD, GPU_BUILD
 from tools.dependency_audit import TARGET_LOCKS
 from tritonserver_setup.readiness import free_loopback_port
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_LOCK, GPU_LOCK = ROOT / CPU_BUILD.lock, ROOT / GPU_BUILD.lock
+CPU_LOCK, GPU_LOCK, STAND_IN = ROOT / CPU_BUILD.lock, ROOT / GPU_BUILD.lock, ROOT / STAND_IN_LOCK
 
 
 def locked_pins(lock: Path) -> dict[str, str]:
@@ -116,7 +117,8 @@ def run_audit(*arguments: str, required: bool = False) -> subprocess.CompletedPr
 
 
 def test_make_audit_audits_the_lock_of_every_target() -> None:
-    assert TARGET_LOCKS == [CPU_LOCK, GPU_LOCK]
+    """The targets' locks, and the one images on the stand-in base install (container/image.py)."""
+    assert TARGET_LOCKS == [STAND_IN, CPU_LOCK, GPU_LOCK]
 
 
 def test_an_advisory_for_a_pin_of_one_lock_fails_the_audit_in_that_lock() -> None:
@@ -126,7 +128,8 @@ def test_an_advisory_for_a_pin_of_one_lock_fails_the_audit_in_that_lock() -> Non
     with osv_stand_in({("onnxruntime-gpu", version): [record]}) as osv:
         audit = run_audit("--osv-url", osv.url)
     assert audit.returncode == 1, audit.stdout + audit.stderr
-    cpu_verdict, finding, gpu_verdict = audit.stdout.splitlines()
+    stand_in_verdict, cpu_verdict, finding, gpu_verdict = audit.stdout.splitlines()
+    assert stand_in_verdict.startswith(f"dependency audit: no known vulnerabilities in {len(locked_pins(STAND_IN))} ")
     assert cpu_verdict.startswith(f"dependency audit: no known vulnerabilities in {len(locked_pins(CPU_LOCK))} ")
     assert finding.startswith(f"onnxruntime-gpu {version}: ")
     assert "GHSA-test-ortg-0001" in finding and "CVE-2099-0001" in finding and "(99.0)" in finding
@@ -141,9 +144,9 @@ def test_no_advisories_passes_and_counts_every_pin_of_every_lock() -> None:
     assert audit.stdout.splitlines() == [
         f"dependency audit: no known vulnerabilities in {len(locked_pins(lock))} packages of {lock} (pip-audit against "
         f"{osv.url})"
-        for lock in (CPU_LOCK, GPU_LOCK)
+        for lock in (STAND_IN, CPU_LOCK, GPU_LOCK)
     ]
-    assert set(osv.queries) == set(locked_pins(CPU_LOCK).items()) | set(locked_pins(GPU_LOCK).items())
+    assert set(osv.queries) == {pin for lock in (STAND_IN, CPU_LOCK, GPU_LOCK) for pin in locked_pins(lock).items()}
 
 
 @pytest.mark.parametrize(
