@@ -5,8 +5,8 @@
 Audits every image's lock, `container/requirements-*.lock` (the exact pins an image installs, the stand-in's too;
 `--lock`, repeated, picks others), each as it is: `--no-deps --disable-pip`, since a lock is complete and nothing
 needs resolving or installing. Exit 1 on a known vulnerability, printing `package version: advisory id (fix
-versions)` for each before the verdict on its lock, or when a pin of a lock was not audited (pip-audit skips URL pins, and drops pins whose
-environment marker is false for the Python running it, not the image's).
+versions)` for each before the verdict on its lock, or when a pin of a lock was not audited (pip-audit skips URL
+pins, and drops pins whose environment marker is false for the Python running it, not the image's).
 
 Where the advisory service cannot be reached (a closed network, a proxy that only serves the package index), the
 audit prints `dependency audit NOT RUN: <url> unreachable (<error>)` and exits 0, so that `make test` stays usable
