@@ -51,7 +51,10 @@ def engine() -> str:
     for name in ENGINES:
         if shutil.which(name) is None:
             continue
-        if name == "docker" and subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode != 0:
+        if (
+            name == "docker"
+            and subprocess.run(["docker", "info"], capture_output=True, timeout=60, check=False).returncode != 0
+        ):
             continue
         return name
     raise ImageError(
@@ -72,8 +75,12 @@ def run(command: Sequence[str], **options: object) -> None:
 
 
 def image_exists(builder: str, image: str) -> bool:
-    inspect = ["buildah", "inspect", "--type", "image", image] if builder == "buildah" else [builder, "image", "inspect", image]
-    return subprocess.run(inspect, capture_output=True, env=engine_environment()).returncode == 0
+    inspect = (
+        ["buildah", "inspect", "--type", "image", image]
+        if builder == "buildah"
+        else [builder, "image", "inspect", image]
+    )
+    return subprocess.run(inspect, capture_output=True, env=engine_environment(), check=False).returncode == 0
 
 
 def debian_base(builder: str, work: Path) -> str:
@@ -89,7 +96,9 @@ def debian_base(builder: str, work: Path) -> str:
     run(["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tree), DEBIAN_MIRROR])
     run(["tar", "-C", str(tree), "-cf", str(archive), "."])
     if builder == "buildah":
-        container = subprocess.run(["buildah", "from", "scratch"], check=True, capture_output=True, text=True, env=engine_environment()).stdout.strip()
+        container = subprocess.run(
+            ["buildah", "from", "scratch"], check=True, capture_output=True, text=True, env=engine_environment()
+        ).stdout.strip()
         run(["buildah", "add", container, str(archive), "/"])
         run(["buildah", "commit", "--rm", container, image])
     else:
@@ -144,7 +153,9 @@ def build_image(base_image: str | None, target: Target) -> str:
         if target is not Target.CPU:
             raise ImageError("the stand-in has no GPU: only --target cpu builds on it")
         print("building on a STAND-IN base, not nvcr.io/nvidia/tritonserver (container/stand_in/Containerfile)")
-        bento = build_bento.build(target, base_image=stand_in(builder), python_version=STAND_IN_PYTHON, lock=STAND_IN_LOCK)
+        bento = build_bento.build(
+            target, base_image=stand_in(builder), python_version=STAND_IN_PYTHON, lock=STAND_IN_LOCK
+        )
         image = f"{bento.tag.name}:{bento.tag.version}-{STAND_IN}"
     else:
         bento = build_bento.build(target, base_image=base_image)
