@@ -19,15 +19,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = pytest.mark.parametrize("runtime", [CPU_BUILD, GPU_BUILD], ids=lambda runtime: runtime.extra)
 
 
-def lock_text(runtime: OnnxRuntimeBuild) -> str:
-    return (ROOT / runtime.lock).read_text()
+def lock_text(lock: str) -> str:
+    return (ROOT / lock).read_text()
 
 
-def locked_versions(runtime: OnnxRuntimeBuild | str) -> dict[str, str]:
-    """A lock's pins, by name; `runtime` is a runtime's build or a lock's path."""
-    text = (ROOT / runtime).read_text() if isinstance(runtime, str) else lock_text(runtime)
-    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", text, re.MULTILINE)
+def locked_versions(lock: str) -> dict[str, str]:
+    """The pins of the lock at `lock` (a path from the repository's root), by name."""
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock_text(lock), re.MULTILINE)
     return {name.lower().replace("_", "-"): version for name, version in pins}
+
+
+def makefile_setting(name: str) -> str:
+    """The value of the Makefile's `NAME := value`."""
+    return re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
 
 
 def requirement_pin(requirement: str) -> tuple[str, str]:
@@ -39,7 +43,7 @@ def requirement_pin(requirement: str) -> tuple[str, str]:
 def test_lock_pins_every_runtime_dependency_and_its_extra_at_their_pyproject_versions(runtime: OnnxRuntimeBuild) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extra = dict(map(requirement_pin, project["optional-dependencies"][runtime.extra]))
-    locked = locked_versions(runtime)
+    locked = locked_versions(runtime.lock)
     for name, version in [*map(requirement_pin, project["dependencies"]), *extra.items()]:
         assert locked.get(name) == version, name
     assert runtime.package in extra, f"the {runtime.extra} extra does not pin {runtime.package}"
@@ -54,9 +58,8 @@ def test_every_target_installs_the_lock_of_its_runtime() -> None:
     bentofile = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
     assert bentofile["python"]["requirements_txt"] == TARGET_BUILDS[Target.CPU].lock == CPU_BUILD.lock
     assert TARGET_BUILDS[Target.GPU] is TARGET_BUILDS[Target.GPU_TENSORRT] is GPU_BUILD
-    makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^RUNTIMES := (.+)$", makefile, re.MULTILINE).group(1).split() == ["cpu", "gpu"]
-    assert "-o container/requirements-$$runtime.lock" in makefile
+    assert makefile_setting("RUNTIMES").split() == ["cpu", "gpu"]
+    assert "-o container/requirements-$$runtime.lock" in (ROOT / "Makefile").read_text()
     assert {path.name for path in (ROOT / "container").glob("*.lock")} == {
         Path(CPU_BUILD.lock).name, Path(GPU_BUILD.lock).name, Path(STAND_IN_LOCK).name
     }
@@ -64,10 +67,7 @@ def test_every_target_installs_the_lock_of_its_runtime() -> None:
 
 def image_target() -> tuple[str, str]:
     """The base image's Python and glibc platform, as the Makefile's `lock` target resolves for them."""
-    makefile = (ROOT / "Makefile").read_text()
-    python = re.search(r"^IMAGE_PYTHON := (\S+)$", makefile, re.MULTILINE).group(1)
-    platform = re.search(r"^IMAGE_PLATFORM := (\S+)$", makefile, re.MULTILINE).group(1)
-    return python, platform
+    return makefile_setting("IMAGE_PYTHON"), makefile_setting("IMAGE_PLATFORM")
 
 
 @RUNTIMES
@@ -76,32 +76,24 @@ def test_lock_was_resolved_for_the_python_of_the_base_image(runtime: OnnxRuntime
     python, platform = image_target()
     assert docker["base_image"].startswith("nvcr.io/nvidia/tritonserver:")
     assert docker["python_version"] == python
-    command = lock_text(runtime).splitlines()[1]
+    command = lock_text(runtime.lock).splitlines()[1]
     assert f" --extra {runtime.extra} --python-version {python} --python-platform {platform} " in command
     assert command.endswith(f" -o {runtime.lock}")
     assert docker["dockerfile_template"] == "container/Dockerfile.template"
-
-
-def makefile_setting(name: str) -> str:
-    return re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
 
 
 def test_the_stand_in_lock_keeps_the_cpu_locks_pins_but_those_its_platform_cannot_install() -> None:
     """The stand-in base has Debian 12's Python and glibc, not the real image's: its lock (make image
     BASE_IMAGE=stand-in) is the cpu lock resolved again for them, every pin kept but STAND_IN_UNPINNED's."""
     assert makefile_setting("STAND_IN_PYTHON") == STAND_IN_PYTHON
-    cpu, stand_in = locked_versions(CPU_BUILD), locked_versions(STAND_IN_LOCK)
+    cpu, stand_in = locked_versions(CPU_BUILD.lock), locked_versions(STAND_IN_LOCK)
     unpinned = set(makefile_setting("STAND_IN_UNPINNED").split())
     assert set(cpu) == set(stand_in)
     assert {name for name in cpu if cpu[name] != stand_in[name]} == unpinned
-    command = (ROOT / STAND_IN_LOCK).read_text().splitlines()[1]
+    command = lock_text(STAND_IN_LOCK).splitlines()[1]
     platform = makefile_setting("STAND_IN_PLATFORM")
     assert f" --extra cpu --python-version {STAND_IN_PYTHON} --python-platform {platform} " in command
-    resolved = resolve_lock(STAND_IN_LOCK, STAND_IN_PYTHON, platform)
-    assert resolved.returncode == 0, resolved.stderr
-    assert {line for line in resolved.stdout.splitlines() if "==" in line} == {
-        f"{name}=={version}" for name, version in stand_in.items()
-    }
+    assert_resolves_to_itself(STAND_IN_LOCK, STAND_IN_PYTHON, platform)
 
 
 def resolve_lock(lock: str, python: str, platform: str) -> subprocess.CompletedProcess[str]:
@@ -114,13 +106,17 @@ def resolve_lock(lock: str, python: str, platform: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-@RUNTIMES
-def test_lock_resolves_to_itself_with_wheels_for_the_image(runtime: OnnxRuntimeBuild) -> None:
-    resolved = resolve_lock(runtime.lock, *image_target())
+def assert_resolves_to_itself(lock: str, python: str, platform: str) -> None:
+    resolved = resolve_lock(lock, python, platform)
     assert resolved.returncode == 0, resolved.stderr
     assert {line for line in resolved.stdout.splitlines() if "==" in line} == {
-        f"{name}=={version}" for name, version in locked_versions(runtime).items()
+        f"{name}=={version}" for name, version in locked_versions(lock).items()
     }
+
+
+@RUNTIMES
+def test_lock_resolves_to_itself_with_wheels_for_the_image(runtime: OnnxRuntimeBuild) -> None:
+    assert_resolves_to_itself(runtime.lock, *image_target())
 
 
 @RUNTIMES
