@@ -108,7 +108,9 @@ class TritonPythonModel:
         runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
         provider = parameters["execution_provider"]
         self.cross_attention, self.step = (
-            open_engine(runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider)
+            open_engine(
+                runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider, shapes_recur=False
+            )
             for part in ("cross_attention", "step")
         )
         # One instance runs every step: with 0, the cores it shares with the encoders busy at the moment.

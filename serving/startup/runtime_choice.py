@@ -57,7 +57,7 @@ ones, one per round of all runtimes, of which the fastest counts (the others met
 GROWTH_LIMIT_MIB = 8.0
 """Most a runtime's memory may grow over its timed runs, which repeat shapes it has met (an encoder) or meet new ones
 as serving does (the decoder), and still be chosen: a runtime that keeps megabytes per run would grow for as long as
-it served. onnxruntime's arena, bounded, moved by up to 2.1 MiB over the decoder's timed generations. Growth by
+it served. onnxruntime with its arena moved by up to 2.1 MiB over the decoder's timed generations. Growth by
 kilobytes per shape is below what seconds of timing can see: `make soak` measures that."""
 METHOD = 3
 """1: the decoder timed on isolated steps; 2: on whole generations, the memory each runtime grew by recorded; 3: the
@@ -221,7 +221,10 @@ def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_d
     engines: dict[str, Mapping[str, Engine]] = {}
     for runtime, paths in files.items():
         try:
-            engines[runtime.value] = {part: open_engine(runtime, path) for part, path in paths.items()}
+            engines[runtime.value] = {
+                part: open_engine(runtime, path, shapes_recur=folder.graph.role is not GraphRole.DECODER)
+                for part, path in paths.items()
+            }
             for _ in range(WARM_UP_RUNS):
                 for each in work:
                     each.run(engines[runtime.value], threads)
