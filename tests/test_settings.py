@@ -88,6 +88,26 @@ def test_models_chosen_twice_is_an_error() -> None:
         Settings.from_environment({"BIONEMO_MODELS": "esm2nv", "BIONEMO_TRITON_OPTIONS": "load-model=esm1nv"})
 
 
+@pytest.mark.parametrize(
+    ("environment", "loaded"),
+    [
+        ({}, None),
+        ({"BIONEMO_MODELS": "esm2nv,megamolbart"}, ("esm2nv", "megamolbart")),
+        ({"BIONEMO_TRITON_OPTIONS": "model-control-mode=explicit load-model=esm2nv"}, ("esm2nv",)),
+        ({"BIONEMO_TRITON_OPTIONS": "model-control-mode=explicit load-model=megamolbart_decoder"}, ("megamolbart",)),
+        ({"BIONEMO_TRITON_OPTIONS": "model-control-mode=explicit"}, ()),
+        ({"BIONEMO_TRITON_OPTIONS": "model-control-mode=explicit load-model=*"}, None),
+        ({"BIONEMO_TRITON_OPTIONS": "model-control-mode=poll load-model=esm2nv"}, None),
+    ],
+)
+def test_the_models_triton_loads_are_those_the_settings_or_the_options_name(
+    environment: dict[str, str], loaded: tuple[str, ...] | None
+) -> None:
+    """What the launcher times runtimes for: Triton loads at start only what BIONEMO_MODELS or, under explicit model
+    control, `load-model` names; in the other modes it loads every model and ignores `load-model`."""
+    assert Settings.from_environment(environment).loaded_models() == loaded
+
+
 ADMIN_TOKEN = "0123456789abcdef" * 4
 
 

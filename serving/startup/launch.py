@@ -84,10 +84,12 @@ def prometheus_directory(environment: Mapping[str, str]) -> str:
 
 
 def record_runtimes(settings: Settings) -> None:
-    """The runtime each graph Triton will load runs on CPU, measured here where the repository's record does not hold."""
+    """The runtime each graph Triton will load runs on CPU, measured here where the repository's record does not hold;
+    models Triton will not load are not timed (an image without torch times every graph anew: minutes each)."""
     if settings.target is not Target.CPU or settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
         return  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record
-    models = settings.models if settings.models is not None else MODELS
+    loaded = settings.loaded_models()
+    models = loaded if loaded is not None else MODELS
     try:
         choose_runtimes(Path(settings.model_repository), settings.runtimes, models, report=lambda line: print(f"bionemo: {line}"))
     except OSError as error:  # a read-only repository keeps the runtimes its configs record

@@ -250,6 +250,22 @@ class Settings:
             )
         return settings
 
+    def loaded_models(self) -> tuple[str, ...] | None:
+        """Catalog names of the models Triton loads as it starts: BIONEMO_MODELS, or under `--triton-options
+        model-control-mode=explicit` those with a graph that a `load-model` names (none without one); None: every
+        model in the repository (`load-model=*` too)."""
+        if self.models is not None:
+            return self.models
+        modes = [option.value for option in self.triton_options if option.key == "model-control-mode"]
+        if not modes or modes[-1] != "explicit":
+            return None
+        named = {option.value for option in self.triton_options if option.key == "load-model"}
+        if "*" in named:
+            return None
+        return tuple(
+            name for name, model in MODELS.items() if any(model.triton_name(graph.role) in named for graph in model.graphs)
+        )
+
     def triton_arguments(self) -> list[str]:
         """tritonserver arguments for the runner's `cli_args` (it adds the repository, port and loopback address)."""
         arguments = ["--allow-metrics=false"]
