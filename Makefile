@@ -47,8 +47,16 @@ serve: install models
 serve-grpc: install models
 	$(BIN)/python -m serving.startup.launch --grpc service:svc
 
+# The image's tests run containers: podman (or docker with its daemon) and debootstrap, installed with apt as root,
+# else `make test` stops naming them (container/engine.py).
+CONTAINER_ENGINE_READY := $(VENV)/.container-engine
+
+$(CONTAINER_ENGINE_READY): $(INSTALLED) container/engine.py
+	$(BIN)/python -m container.engine --provision
+	touch $@
+
 # The audit after the tests: a new advisory fails `make test` without hiding the tests' results.
-test: install models
+test: install models $(CONTAINER_ENGINE_READY)
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory audit
 

@@ -26,6 +26,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import build_bento
+from container.engine import EngineError, engine, engine_environment, image_exists, run
 from model_catalog import Target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,49 +39,10 @@ STAND_IN_LOCK = "container/requirements-cpu-stand-in.lock"
 STAND_IN_IMAGE = "localhost/bionemo-tritonserver-stand-in"
 DEBIAN_IMAGE = "localhost/bionemo-debian12-minbase"
 DEBIAN_MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
-CONTAINERS_CONF = ROOT / "container" / "containers.conf"
-ENGINES = ("docker", "podman", "buildah")
 
 
 class ImageError(RuntimeError):
     """The image cannot be built here; the message says what to install or fix."""
-
-
-def engine() -> str:
-    """The first of ENGINES this machine can build with: a docker client without a daemon does not count."""
-    for name in ENGINES:
-        if shutil.which(name) is None:
-            continue
-        if (
-            name == "docker"
-            and subprocess.run(["docker", "info"], capture_output=True, timeout=60, check=False).returncode != 0
-        ):
-            continue
-        return name
-    raise ImageError(
-        "no container engine: install docker (its daemon running), podman or buildah "
-        "(as root on Debian or Ubuntu: apt-get install podman)"
-    )
-
-
-def engine_environment() -> dict[str, str]:
-    """This process's environment with podman's and buildah's settings for these hosts (container/containers.conf),
-    unless the caller set its own."""
-    return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(CONTAINERS_CONF))}
-
-
-def run(command: Sequence[str], **options: object) -> None:
-    print("+", " ".join(command), flush=True)
-    subprocess.run(command, check=True, env=engine_environment(), **options)  # type: ignore[call-overload]
-
-
-def image_exists(builder: str, image: str) -> bool:
-    inspect = (
-        ["buildah", "inspect", "--type", "image", image]
-        if builder == "buildah"
-        else [builder, "image", "inspect", image]
-    )
-    return subprocess.run(inspect, capture_output=True, env=engine_environment(), check=False).returncode == 0
 
 
 def debian_base(builder: str, work: Path) -> str:
@@ -175,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         image = build_image(args.base_image, Target(args.target))
-    except (ImageError, subprocess.CalledProcessError) as error:
+    except (ImageError, EngineError, subprocess.CalledProcessError) as error:
         print(f"make image: {error}", file=sys.stderr)
         return 1
     print(f"built {image} in {time.monotonic() - started:.0f} s")

@@ -1,0 +1,214 @@
+"""The image as users run it (issue 28): built by `make image`'s code on the stand-in base (the real tritonserver
+image cannot be pulled here), then started as BentoML's Triton guide writes the command,
+
+    <engine> run --init --rm -p 127.0.0.1:PORT:3000 IMAGE serve --production \
+        --triton-options model-control-mode=explicit --triton-options load-model=esm2nv
+
+and called from this machine with the real clients. Where no engine can run containers the tests fail naming what to
+install (`make test` installs podman as root with apt: container/engine.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import bentoml
+import numpy as np
+import pytest
+import requests
+from bentoml.client import Client
+from bentoml.exceptions import NotFound
+from conftest import STARTUP_TIMEOUT_S
+from reference import TransformersReference
+
+import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
+from container.engine import engine, engine_environment, missing_tools
+from container.image import STAND_IN, build_image
+from model_catalog import Target
+from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
+
+LOADED = "esm2nv"
+GUIDE_OPTIONS = ["--triton-options", "model-control-mode=explicit", "--triton-options", f"load-model={LOADED}"]
+PROTEINS = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "MKT", "XBUZOACDEFGHIKLMNPQRSTVWYMKTAYIAKQRQISFVKSHFSRQ"]
+STOP_GRACE_S = 60
+PROCESSES = (
+    "import json, psutil; print(json.dumps([{'name': p.name(), 'user': p.username(), 'listening': "
+    "[c.laddr.ip for c in p.net_connections('inet') if c.status == 'LISTEN']} for p in psutil.process_iter()]))"
+)
+"""Run inside the container (psutil is in the image): each process's name, user and listening addresses, as the
+container's own network namespace shows them."""
+
+
+def engine_output(runner: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [runner, *arguments], capture_output=True, text=True, check=False, timeout=300, env=engine_environment()
+    )
+
+
+@dataclass
+class Container:
+    """A `<engine> run` in the foreground, as a user starts it; `url` is the published port on 127.0.0.1."""
+
+    engine: str
+    name: str
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, characters: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-characters:]
+
+    def execute(self, *command: str) -> str:
+        done = engine_output(self.engine, "exec", self.name, *command)
+        done.check_returncode()
+        return done.stdout
+
+    def stop(self) -> int:
+        """`<engine> stop`: SIGTERM to the container's init, which hands it on; the run's exit status."""
+        engine_output(self.engine, "stop", "--time", str(STOP_GRACE_S), self.name)
+        return self.process.wait(timeout=30)
+
+    def remove(self) -> None:
+        """Whatever is left of it, by its name; then nothing of that name may remain."""
+        if self.process.poll() is None:
+            self.stop()
+        engine_output(self.engine, "rm", "--force", self.name)
+        left = engine_output(self.engine, "ps", "--all", "--quiet", "--filter", f"name=^{self.name}$").stdout.strip()
+        assert not left, f"container {self.name} still there: {left}"
+        self.log_path.unlink(missing_ok=True)
+
+
+def run_image(runner: str, image: str, command: list[str], grpc: bool = False) -> Container:
+    port = free_loopback_port()
+    name = f"bionemo-test-{port}"
+    log_path = Path(tempfile.mkstemp(prefix="image-run-", suffix=".log")[1])
+    run = [runner, "run", "--init", "--rm", "--name", name, "-p", f"127.0.0.1:{port}:3000", image, *command]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(run, stdout=log, stderr=subprocess.STDOUT, env=engine_environment())
+    container = Container(runner, name, f"127.0.0.1:{port}" if grpc else f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        if grpc:
+            wait_until_serving(container.url, process, STARTUP_TIMEOUT_S, f"{runner} run {image} serve-grpc")
+        else:
+            wait_until_ready(f"{container.url}/readyz", process, STARTUP_TIMEOUT_S, f"{runner} run {image} serve")
+    except ReadinessTimeout as error:
+        log = container.log_tail()
+        container.remove()
+        pytest.fail(f"{error}\n--- log ---\n{log}")
+    return container
+
+
+@pytest.fixture(scope="module")
+def runner() -> str:
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"the image's tests need {' and '.join(missing)}: `make test` installs them as root with apt")
+    return engine(runs_containers=True)
+
+
+TESTS_IMAGE = f"localhost/bionemo:make-test-{STAND_IN}"
+"""A second tag on the image the tests built last, so that the next run removes it (and its bento)."""
+
+
+def replace_the_previous_test_image(runner: str, built: str) -> None:
+    """Tag `built` as TESTS_IMAGE and remove the image the tests built before, and its bento: every `make test` builds
+    anew, and the layers the two share (the base, the installed packages) stay cached for the next build."""
+    previous = engine_output(runner, "image", "inspect", "--format", "{{json .RepoTags}}", TESTS_IMAGE)
+    engine_output(runner, "tag", built, TESTS_IMAGE).check_returncode()
+    if previous.returncode != 0:
+        return
+    for tag in json.loads(previous.stdout):
+        if tag != TESTS_IMAGE and not tag.endswith(built.split("/")[-1]):
+            engine_output(runner, "rmi", tag)
+            with contextlib.suppress(NotFound):  # deleted by hand since
+                bentoml.bentos.delete(tag.split("/")[-1].removesuffix(f"-{STAND_IN}"))
+
+
+@pytest.fixture(scope="module")
+def image(runner: str) -> str:
+    """The cpu bento's image on the stand-in base, built as `make image BASE_IMAGE=stand-in` builds it."""
+    started = time.monotonic()
+    built = build_image(STAND_IN, Target.CPU)
+    print(f"built {built} in {time.monotonic() - started:.0f} s")
+    assert built.endswith(f"-{STAND_IN}")  # never passed off as the real base
+    replace_the_previous_test_image(runner, built)
+    return built
+
+
+@pytest.fixture(scope="module")
+def served(runner: str, image: str) -> Iterator[Container]:
+    container = run_image(runner, image, ["serve", "--production", *GUIDE_OPTIONS])
+    yield container
+    container.remove()
+
+
+def expected_embeddings() -> np.ndarray:
+    reference = TransformersReference(LOADED)
+    return np.stack([reference.mean_embedding(sequence) for sequence in PROTEINS])
+
+
+def test_the_image_embeds_what_transformers_computes(served: Container) -> None:
+    answer = requests.post(f"{served.url}/embed", json={"sequences": PROTEINS, "model": LOADED}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    np.testing.assert_allclose(np.asarray(answer.json()["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4)
+
+
+def test_a_model_the_options_did_not_load_is_a_422_naming_it(served: Container) -> None:
+    answer = requests.post(f"{served.url}/embed", json={"sequences": PROTEINS, "model": "esm1nv"}, timeout=60)
+    assert answer.status_code == 422, answer.text
+    assert "esm1nv" in answer.text and "model" in answer.text
+    listed = [entry["name"] for entry in requests.get(f"{served.url}/models", timeout=60).json()["models"]]
+    assert listed == [LOADED]
+
+
+def test_tritonserver_listens_on_loopback_only_and_nothing_runs_as_root(
+    runner: str, image: str, served: Container
+) -> None:
+    """BentoML's Dockerfile makes a `bentoml` user and runs as it; the service's processes, tritonserver and its stubs
+    among them, all run as that user."""
+    assert engine_output(runner, "image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip() == "bentoml"
+    processes = json.loads(served.execute("python", "-c", PROCESSES))
+    (triton,) = [process for process in processes if process["name"] == "tritonserver"]
+    assert triton["listening"] and set(triton["listening"]) == {"127.0.0.1"}, triton
+    assert any(process["name"] == "triton_python_backend_stub" for process in processes), processes
+    assert {process["user"] for process in processes} == {"bentoml"}, processes
+
+
+def test_serve_grpc_answers_bentomls_grpc_client(runner: str, image: str) -> None:
+    """The guide's CPU command for gRPC: `IMAGE serve-grpc --production --triton-options ...`."""
+    container = run_image(runner, image, ["serve-grpc", "--production", *GUIDE_OPTIONS], grpc=True)
+    try:
+        answer = Client.from_url(container.url, kind="grpc").embed({"sequences": PROTEINS, "model": LOADED})
+        np.testing.assert_allclose(np.asarray(answer["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4)
+    finally:
+        container.remove()
+
+
+def test_stop_lets_the_requests_in_flight_finish(served: Container) -> None:
+    """`<engine> stop` (SIGTERM, through `--init`) while /embed requests of seconds each run: each gets its answer,
+    then the container exits cleanly. Last in this module: it stops the shared container."""
+    rng = np.random.default_rng(28)
+    residues = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    body = {"sequences": ["".join(rng.choice(residues, 1000)) for _ in range(8)], "model": LOADED}
+    answers: list[int] = []
+
+    def embed() -> None:
+        answers.append(requests.post(f"{served.url}/embed", json=body, timeout=300).status_code)
+
+    clients = [threading.Thread(target=embed) for _ in range(4)]
+    for client in clients:
+        client.start()
+    time.sleep(1)
+    started = time.monotonic()
+    status = served.stop()
+    for client in clients:
+        client.join()
+    assert answers == [200] * 4 and time.monotonic() - started > 1, (answers, served.log_tail())
+    assert status == 0, served.log_tail()
