@@ -83,6 +83,12 @@ def test_a_bad_value_names_its_setting(variable: str, value: str, expected: str)
     assert variable in str(raised.value) and expected in str(raised.value)
 
 
+def test_a_runtime_forced_for_a_remote_repository_is_refused_not_ignored() -> None:
+    """Start-up times and records runtimes only in a local repository: a remote one runs what its configs record."""
+    with pytest.raises(SettingsError, match="BIONEMO_RUNTIME: refused with a remote BIONEMO_MODEL_REPOSITORY"):
+        Settings.from_environment({"BIONEMO_MODEL_REPOSITORY": "s3://bucket/repo", "BIONEMO_RUNTIME": "onnxruntime"})
+
+
 def test_models_chosen_twice_is_an_error() -> None:
     with pytest.raises(SettingsError, match="BIONEMO_MODELS and --triton-options load-model"):
         Settings.from_environment({"BIONEMO_MODELS": "esm2nv", "BIONEMO_TRITON_OPTIONS": "load-model=esm1nv"})

@@ -6,7 +6,8 @@ tests and the container's entrypoint all start the service this way, so that
 join BIONEMO_TRITON_OPTIONS, which the service turns into tritonserver arguments.
 Every setting is checked before anything starts, and so is the installed
 onnxruntime against the providers the target's configs name
-(serving/startup/target_runtime.py); each encoder of a local repository gets the runtime
+(serving/startup/target_runtime.py), and an s3:// repository is listed with the credentials tritonserver
+will use (serving/startup/remote_repository.py); each encoder of a local repository gets the runtime
 measured fastest on this machine (serving/startup/runtime_choice.py); then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from model_catalog import MODELS, Target
+from serving.startup.remote_repository import check_s3_repository
 from serving.startup.runtime_choice import RuntimeChoiceError, choose_runtimes
 from serving.startup.settings import REMOTE_REPOSITORY_SCHEMES, TRITON_METRICS_PORT_VARIABLE, Settings, SettingsError
 from serving.startup.target_runtime import require_providers
@@ -96,10 +98,19 @@ def record_runtimes(settings: Settings) -> None:
         print(f"bionemo: runtimes not recorded ({error}); each model runs the one its config names", file=sys.stderr)
 
 
+def read_remote_repository(settings: Settings) -> None:
+    """An s3:// repository listed before tritonserver starts (serving/startup/remote_repository.py)."""
+    if settings.model_repository.startswith("s3://"):
+        folders = check_s3_repository(settings.model_repository)
+        print(f"bionemo: {settings.model_repository}: model folders {', '.join(folders)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         command, environment = serve_command(sys.argv[1:] if argv is None else argv, os.environ)
-        record_runtimes(Settings.from_environment(environment))
+        settings = Settings.from_environment(environment)
+        read_remote_repository(settings)
+        record_runtimes(settings)
     except (SettingsError, TritonOptionError, RuntimeChoiceError) as error:
         print(f"bionemo: {error}", file=sys.stderr)
         return 2

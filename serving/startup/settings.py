@@ -237,6 +237,12 @@ class Settings:
             grpc_metrics_port=read(GRPC_METRICS_PORT, lambda raw: _integer(raw, 1, 65535), "a port number from 1 to 65535"),
             esm1nv_grpc_model=read(ESM1NV_GRPC_MODEL, _esm1nv_grpc_model, f"one of {', '.join(ESM1NV_GRPC_MODELS)}"),
         )
+        if settings.runtimes and settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
+            raise SettingsError(
+                f"{RUNTIME.variable}: refused with a remote {MODEL_REPOSITORY.variable}; each model runs the runtime "
+                "its config in the repository records (record one before uploading: `BIONEMO_RUNTIME=... python -m "
+                "serving.startup.runtime_choice --repository FOLDER`)"
+            )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:
             raise SettingsError(
