@@ -27,6 +27,7 @@ from bentoml.client import Client
 from bentoml.exceptions import NotFound
 from conftest import STARTUP_TIMEOUT_S
 from reference import TransformersReference
+from s3_store import s3_store
 
 import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from container.engine import engine, engine_environment, missing_tools
@@ -85,13 +86,25 @@ class Container:
         self.log_path.unlink(missing_ok=True)
 
 
-def run_image(runner: str, image: str, command: list[str], grpc: bool = False) -> Container:
+def run_image(
+    runner: str, image: str, command: list[str], grpc: bool = False, environment: dict[str, str] | None = None
+) -> Container:
+    """`<runner> run --init --rm -p 127.0.0.1:PORT:3000 IMAGE COMMAND`, ready. With `environment` (settings, secrets:
+    passed by name, not on the command line) the container shares this machine's network instead, so that it reaches
+    what listens on its loopback, and serves on PORT there."""
     port = free_loopback_port()
     name = f"bionemo-test-{port}"
     log_path = Path(tempfile.mkstemp(prefix="image-run-", suffix=".log")[1])
-    run = [runner, "run", "--init", "--rm", "--name", name, "-p", f"127.0.0.1:{port}:3000", image, *command]
+    if environment is None:
+        network = ["-p", f"127.0.0.1:{port}:3000"]
+    else:
+        environment = {**environment, "BIONEMO_HOST": "127.0.0.1", "BIONEMO_PORT": str(port)}
+        network = ["--network", "host", *(argument for key in environment for argument in ("-e", key))]
+    run = [runner, "run", "--init", "--rm", "--name", name, *network, image, *command]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(run, stdout=log, stderr=subprocess.STDOUT, env=engine_environment())
+        process = subprocess.Popen(
+            run, stdout=log, stderr=subprocess.STDOUT, env={**engine_environment(), **(environment or {})}
+        )
     container = Container(runner, name, f"127.0.0.1:{port}" if grpc else f"http://127.0.0.1:{port}", process, log_path)
     try:
         if grpc:
@@ -189,6 +202,25 @@ def test_serve_grpc_answers_bentomls_grpc_client(runner: str, image: str) -> Non
         np.testing.assert_allclose(np.asarray(answer["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4)
     finally:
         container.remove()
+
+
+def test_the_image_serves_a_repository_in_s3(runner: str, image: str) -> None:
+    """The image given the S3 repository the launcher's test reads (moto's server on this machine's loopback)."""
+    with s3_store() as store:
+        container = run_image(
+            runner,
+            image,
+            ["serve", "--production"],
+            environment={"BIONEMO_MODEL_REPOSITORY": store.url(), **store.credentials},
+        )
+        try:
+            answer = requests.post(f"{container.url}/embed", json={"sequences": PROTEINS, "model": LOADED}, timeout=120)
+            assert answer.status_code == 200, answer.text
+            np.testing.assert_allclose(
+                np.asarray(answer.json()["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4
+            )
+        finally:
+            container.remove()
 
 
 def test_stop_lets_the_requests_in_flight_finish(served: Container) -> None:
