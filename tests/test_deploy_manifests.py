@@ -16,7 +16,6 @@ import pytest
 import yaml
 from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
 
-from model_catalog import Target
 from serving.startup.settings import Settings
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes.yaml"
@@ -118,7 +117,8 @@ def test_the_pod_settings_are_valid_service_settings() -> None:
     """The same check the container's entrypoint runs before it starts anything."""
     environment = {variable["name"]: variable["value"] for variable in CONTAINER["env"]}
     settings = Settings.from_environment({**environment, "BIONEMO_HOST": "0.0.0.0"})  # the image's BIONEMO_HOST
-    assert settings.target is Target.GPU and settings.models == ("esm2nv", "megamolbart")
+    assert settings.models == ("esm2nv", "megamolbart")
+    assert "BIONEMO_TARGET" not in environment  # the image's own, set by its target: one manifest for either image
     assert settings.port == CONTAINER["ports"][0]["containerPort"]
 
 

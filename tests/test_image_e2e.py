@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -23,9 +24,10 @@ import bentoml
 import numpy as np
 import pytest
 import requests
+import yaml
 from bentoml.client import Client
 from bentoml.exceptions import NotFound
-from conftest import STARTUP_TIMEOUT_S
+from conftest import ROOT, STARTUP_TIMEOUT_S
 from reference import TransformersReference
 from s3_store import s3_store
 
@@ -221,6 +223,73 @@ def test_the_image_serves_a_repository_in_s3(runner: str, image: str) -> None:
             )
         finally:
             container.remove()
+
+
+MANIFEST = ROOT / "deploy" / "kubernetes.yaml"
+MANIFEST_IMAGE = "image: bionemo:latest"
+
+
+def wait_for(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url, timeout=3).status_code == 200:
+                return
+        time.sleep(1)
+    pytest.fail(f"{url} did not answer 200 within {timeout_s} s")
+
+
+def test_the_manifests_pod_runs_under_podman_kube_play(image: str, tmp_path: Path) -> None:
+    """deploy/kubernetes.yaml with nothing changed but its image, under `podman kube play`: no Kubernetes API server
+    or kubelet can run here. Two things a cluster gives that podman 4.3 does not, given from outside the manifest:
+    - its memory-backed emptyDir for /dev/shm, a writable tmpfs in a cluster, is a root-owned folder under podman,
+      and Triton's python backend then fails every model ("Unable to initialize shared memory key ... Permission
+      denied"): the volume is made first, a tmpfs owned by the image's user;
+    - podman publishes only hostPorts, which a Deployment rightly lacks: the pod is reached at its address on
+      podman's network, as a Service reaches it.
+    Then its probes' paths answer 200 on its port, and /embed answers as transformers computes."""
+    podman = shutil.which("podman")
+    if podman is None:
+        pytest.fail("podman kube play needs podman: `make test` installs it as root with apt")
+    text = MANIFEST.read_text()
+    assert text.count(MANIFEST_IMAGE) == 1, f"{MANIFEST} no longer holds `{MANIFEST_IMAGE}`"
+    played = tmp_path / "kubernetes.yaml"
+    played.write_text(text.replace(MANIFEST_IMAGE, f"image: {TESTS_IMAGE}"))
+    (deployment,) = [document for document in yaml.safe_load_all(text) if document["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (shm,) = [volume["name"] for volume in pod["volumes"] if volume.get("emptyDir", {}).get("medium") == "Memory"]
+    owner = [
+        engine_output(podman, "run", "--rm", "--entrypoint", "id", image, flag).stdout.strip() for flag in ("-u", "-g")
+    ]
+    engine_output(podman, "volume", "rm", "--force", shm)
+    options = ["--opt", "type=tmpfs", "--opt", "device=tmpfs", "--opt", f"o=uid={owner[0]},gid={owner[1]}"]
+    engine_output(podman, "volume", "create", *options, shm).check_returncode()
+    try:
+        play = engine_output(podman, "kube", "play", "--replace", str(played))
+        assert play.returncode == 0, play.stdout + play.stderr
+        (pod_id,) = play.stdout.split("Pod:\n")[1].split()[:1]
+        (container_id,) = play.stdout.split("Container:\n")[1].split()[:1]
+        infra = engine_output(podman, "pod", "inspect", "--format", "{{.InfraContainerID}}", pod_id).stdout.strip()
+        address = engine_output(
+            podman, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", infra
+        ).stdout.strip()
+        (port,) = [entry["containerPort"] for entry in container["ports"] if entry["name"] == "http"]
+        url = f"http://{address}:{port}"
+        wait_for(f"{url}{container['readinessProbe']['httpGet']['path']}", STARTUP_TIMEOUT_S)
+        assert requests.get(f"{url}{container['livenessProbe']['httpGet']['path']}", timeout=10).status_code == 200
+        assert requests.get(f"{url}{container['startupProbe']['httpGet']['path']}", timeout=10).status_code == 200
+        answer = requests.post(f"{url}/embed", json={"sequences": PROTEINS, "model": LOADED}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        np.testing.assert_allclose(np.asarray(answer.json()["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4)
+        # As written: its settings and its limits reached the container.
+        (inspected,) = json.loads(engine_output(podman, "inspect", container_id).stdout)
+        assert {f"{item['name']}={item['value']}" for item in container["env"]} <= set(inspected["Config"]["Env"])
+        assert inspected["HostConfig"]["Memory"] == 16 * 2**30 and inspected["HostConfig"]["NanoCpus"] == 8 * 10**9
+        assert container["resources"]["limits"]["memory"] == "16Gi" and container["resources"]["limits"]["cpu"] == "8"
+    finally:
+        engine_output(podman, "kube", "down", str(played))
+        engine_output(podman, "volume", "rm", "--force", shm)
 
 
 def test_stop_lets_the_requests_in_flight_finish(served: Container) -> None:
