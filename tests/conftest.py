@@ -7,16 +7,19 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import pytest
+import requests
 import tritonclient.http
+from reference import CHECKPOINTS
 
 from model_catalog import MODELS
-from reference import CHECKPOINTS
 from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +108,28 @@ def stop_service(running: RunningService) -> None:
     survivors = [child.pid for child in running.children if child.is_running()]
     assert not survivors, f"still running after stop: {survivors}"
     running.log_path.unlink(missing_ok=True)
+
+
+def stop_with_requests_in_flight(
+    url: str, body: dict[str, object], clients: int, stop: Callable[[], int], head_start_s: float
+) -> tuple[list[int], int, float]:
+    """`clients` POSTs of `body` to `url` at once, then after `head_start_s` `stop()`, which stops the server and
+    returns its exit status: the answers' HTTP statuses, that exit status, and the seconds from the stop to the last
+    answer."""
+    answers: list[int] = []
+
+    def post() -> None:
+        answers.append(requests.post(url, json=body, timeout=300).status_code)
+
+    threads = [threading.Thread(target=post) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    time.sleep(head_start_s)
+    started = time.monotonic()
+    status = stop()
+    for thread in threads:
+        thread.join()
+    return answers, status, time.monotonic() - started
 
 
 def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False, ready: bool = True) -> RunningService:

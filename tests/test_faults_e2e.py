@@ -12,8 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-
-from conftest import RunningService, start_launcher, stop_service
+from conftest import RunningService, start_launcher, stop_service, stop_with_requests_in_flight
 
 PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL" * 6
 RECOVERY_TIMEOUT_S = 120
@@ -96,21 +95,14 @@ def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_servi
 def test_sigterm_drains_the_requests_in_flight_before_exit(own_service: RunningService) -> None:
     """Requests of several seconds each (many decode steps through Triton) still get their answers after SIGTERM."""
     body = {"smiles": ["CCO", "c1ccccc1"], "num_samples": 10, "max_length": 400, "scaled_radius": 100.0}
-    answers: list[int] = []
 
-    def generate() -> None:
-        answers.append(requests.post(f"{own_service.url}/generate", json=body, timeout=120).status_code)
+    def stop() -> int:
+        own_service.process.send_signal(signal.SIGTERM)
+        return own_service.process.wait(timeout=60)
 
-    clients = [threading.Thread(target=generate) for _ in range(6)]
-    for client in clients:
-        client.start()
-    time.sleep(0.5)
-    started = time.monotonic()
-    own_service.process.send_signal(signal.SIGTERM)
-    for client in clients:
-        client.join()
-    assert own_service.process.wait(timeout=60) == 0
-    assert answers == [200] * 6 and time.monotonic() - started > 1  # they were in flight, and they were answered
+    answers, status, waited = stop_with_requests_in_flight(f"{own_service.url}/generate", body, 6, stop, head_start_s=0.5)
+    assert status == 0
+    assert answers == [200] * 6 and waited > 1  # they were in flight, and they were answered
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import requests
 import yaml
 from bentoml.client import Client
 from bentoml.exceptions import NotFound
-from conftest import ROOT, STARTUP_TIMEOUT_S
+from conftest import ROOT, STARTUP_TIMEOUT_S, stop_with_requests_in_flight
 from reference import TransformersReference
 from s3_store import s3_store
 
@@ -298,18 +297,6 @@ def test_stop_lets_the_requests_in_flight_finish(served: Container) -> None:
     rng = np.random.default_rng(28)
     residues = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
     body = {"sequences": ["".join(rng.choice(residues, 1000)) for _ in range(8)], "model": LOADED}
-    answers: list[int] = []
-
-    def embed() -> None:
-        answers.append(requests.post(f"{served.url}/embed", json=body, timeout=300).status_code)
-
-    clients = [threading.Thread(target=embed) for _ in range(4)]
-    for client in clients:
-        client.start()
-    time.sleep(1)
-    started = time.monotonic()
-    status = served.stop()
-    for client in clients:
-        client.join()
-    assert answers == [200] * 4 and time.monotonic() - started > 1, (answers, served.log_tail())
+    answers, status, waited = stop_with_requests_in_flight(f"{served.url}/embed", body, 4, served.stop, head_start_s=1)
+    assert answers == [200] * 4 and waited > 1, (answers, served.log_tail())  # in flight at the stop, answered
     assert status == 0, served.log_tail()
