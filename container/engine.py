@@ -77,7 +77,7 @@ def missing_tools() -> list[str]:
     """What the image's tests need and this machine lacks: an engine that runs containers, and debootstrap."""
     missing = []
     if not (_usable("docker") or (_usable("podman") and shutil.which("runc") and shutil.which("catatonit"))):
-        missing.append("podman (with runc and catatonit), or docker with its daemon running")
+        missing.append("podman (with runc and catatonit) or docker with its daemon running")
     if shutil.which("debootstrap") is None:
         missing.append("debootstrap")
     return missing
@@ -90,7 +90,7 @@ def provision() -> None:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise EngineError(
-            f"the image's tests need {' and '.join(missing)}: install them (Debian or Ubuntu, as root: "
+            f"the image's tests need {'; '.join(missing)}: install them (Debian or Ubuntu, as root: "
             f"apt-get install {' '.join(APT_PACKAGES)})"
         )
     environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -98,7 +98,7 @@ def provision() -> None:
     subprocess.run(["apt-get", "install", "-y", "-qq", *APT_PACKAGES], check=True, env=environment)
     still = missing_tools()
     if still:
-        raise EngineError(f"apt-get installed {' '.join(APT_PACKAGES)}, and still missing: {' and '.join(still)}")
+        raise EngineError(f"apt-get installed {' '.join(APT_PACKAGES)}, and still missing: {'; '.join(still)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

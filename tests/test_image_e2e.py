@@ -127,7 +127,7 @@ def run_image(
 def runner() -> str:
     missing = missing_tools()
     if missing:
-        pytest.fail(f"the image's tests need {' and '.join(missing)}: `make test` installs them as root with apt")
+        pytest.fail(f"the image's tests need {'; '.join(missing)}: `make test` installs them as root with apt")
     return engine(runs_containers=True)
 
 
