@@ -29,8 +29,13 @@ REPOSITORY = ROOT / "model_repository"
 
 
 def repository_is_complete(repository: Path) -> bool:
-    """Every catalogued graph has its ONNX files and a config for every target."""
-    graphs = [(repository / description.triton_name(graph.role), graph) for description in MODELS.values() for graph in description.graphs]
+    """Every catalogued graph has its ONNX files and a config for every target (an optional graph, where exported)."""
+    graphs = [
+        (repository / description.triton_name(graph.role), graph)
+        for description in MODELS.values()
+        for graph in description.graphs
+        if not graph.optional or (repository / description.triton_name(graph.role)).is_dir()
+    ]
     return all(
         all(any(model_dir.glob(f"[0-9]*/{part.file}")) for part in graph.onnx_graphs)
         and all((model_dir / config_path(target)).is_file() for target in Target)

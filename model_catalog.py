@@ -37,6 +37,11 @@ class Capability(str, enum.Enum):
     HIDDEN = "hidden"
     DECODE = "decode"
     GENERATE = "generate"
+    LOGITS = "logits"
+    SCORE = "score"
+    LAYERS = "layers"
+    """/embed's and /hidden's `layers`: the hidden states of any layer, not only the last."""
+    CONTACTS = "contacts"
 
 
 class GraphRole(str, enum.Enum):
@@ -46,6 +51,12 @@ class GraphRole(str, enum.Enum):
     """(input_ids, attention_mask, pooling_mask) -> hidden_states, embeddings"""
     DECODER = "decoder"
     """one token per row per call -> the logits of each row's next token; keeps each row's key-value cache"""
+    LANGUAGE_MODEL = "language_model"
+    """(input_ids, attention_mask) -> the log-probabilities of the 20 amino acids at every position (masked-LM head)"""
+    LAYERS = "layers"
+    """as the encoder, for the layers each row names: their hidden states and embeddings"""
+    CONTACTS = "contacts"
+    """(input_ids, attention_mask) -> contact probabilities between residues (ESM's contact head over its attentions)"""
 
 
 class Backend(str, enum.Enum):
@@ -161,6 +172,23 @@ class GraphSpec:
     role: GraphRole
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    capabilities: frozenset[Capability] = frozenset()
+    """What the model can answer once this graph is loaded."""
+    optional: bool = False
+    """Not needed to serve the model: exported where the checkpoint has what it needs (a head), and the model is
+    served without it (not exported, or not loaded), less its capabilities."""
+    config_sizes: tuple[str, ...] = ()
+    """Checkpoint sizes the service needs that no tensor dimension carries: config parameters of these names."""
+    instances: int | None = None
+    """Model instances of a stateless graph; None: the model's `BatchingPolicy.instance_count`. Each instance holds
+    its own copy of the weights: a graph asked for rarely keeps one."""
+    timed: bool = True
+    """Its runtime is chosen by timing each on the serving machine (serving/startup/runtime_choice.py); a graph asked
+    for rarely runs onnxruntime untimed, even where BIONEMO_RUNTIME names another: timing it would add a minute to
+    every start on a new machine (esm2nv's contacts: 15.7 s a round over the timed shapes, TorchScript 10.5 of them)."""
+    attention_maps: bool = False
+    """Reads the attention probabilities themselves: every runtime's file is converted with eager attention, which
+    gives them, where the others are converted with fused attention (sdpa), which does not."""
     backend: Backend = Backend.STATELESS_GRAPH
     parts: tuple[OnnxGraph, ...] = ()
     """The ONNX files a stateful backend chains; a stateless graph is one file with its Triton tensors."""
@@ -186,6 +214,23 @@ ENCODER = GraphSpec(
         # Pooled in the graph, so that /embed moves [batch, hidden_size] through Triton, not every token's state.
         TensorSpec("embeddings", "TYPE_FP32", ("hidden_size",), "mean of hidden_states where pooling_mask is 1"),
     ),
+    capabilities=frozenset({Capability.EMBED, Capability.HIDDEN}),
+)
+SCORED_AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+"""The amino acids whose log-probabilities the language-model graph answers, in this order."""
+LANGUAGE_MODEL = GraphSpec(
+    GraphRole.LANGUAGE_MODEL,
+    inputs=ENCODER.inputs[:2],
+    outputs=(
+        TensorSpec(
+            "log_probs",
+            "TYPE_FP32",
+            (-1, len(SCORED_AMINO_ACIDS)),
+            "log-softmax over the whole vocabulary at every position, of the SCORED_AMINO_ACIDS in order",
+        ),
+    ),
+    capabilities=frozenset({Capability.LOGITS, Capability.SCORE}),
+    optional=True,
 )
 KEY_VALUES = ("decoder_layers", 2, "decoder_heads", -1, "head_dim")
 """Per row: for every decoder layer, keys and values of every head at each position."""
@@ -203,6 +248,7 @@ DECODER = GraphSpec(
         TensorSpec("released_ids", "TYPE_INT64", (-1,), "the client's rows it is done with, e.g. of finished requests"),
     ),
     outputs=(TensorSpec("logits", "TYPE_FP32", (-1, "vocab_size"), "unnormalised scores of each row's next token"),),
+    capabilities=frozenset({Capability.DECODE, Capability.GENERATE}),
     backend=Backend.CACHED_DECODER,
     parts=(
         OnnxGraph(
@@ -229,12 +275,48 @@ DECODER = GraphSpec(
         ),
     ),
 )
-PROTEIN_CAPABILITIES = frozenset({Capability.EMBED, Capability.HIDDEN})
+LAYERS = GraphSpec(
+    GraphRole.LAYERS,
+    inputs=(
+        *ENCODER.inputs,
+        TensorSpec("layers", "TYPE_INT64", (-1,), "the layers to return, numbered 0 (the embeddings) to hidden_layers - 1"),
+    ),
+    outputs=(
+        TensorSpec("layer_hidden_states", "TYPE_FP32", (-1, -1, "hidden_size"), "each layer's hidden states"),
+        TensorSpec("layer_embeddings", "TYPE_FP32", (-1, "hidden_size"), "each layer's mean where pooling_mask is 1"),
+    ),
+    capabilities=frozenset({Capability.LAYERS}),
+    optional=True,
+    instances=1,
+    timed=False,
+    config_sizes=("hidden_layers",),
+)
+"""Every encoder's hidden states as transformers' output_hidden_states numbers them: the embedding layer's output,
+then each layer's; a graph apart from the encoder, which /embed and /hidden without `layers` keep to themselves."""
+CONTACTS = GraphSpec(
+    GraphRole.CONTACTS,
+    inputs=ENCODER.inputs[:2],
+    outputs=(
+        TensorSpec(
+            "contacts",
+            "TYPE_FP32",
+            (-1, -1),
+            "[tokens - 2, tokens - 2]: the probability that residues i and j are in contact (special tokens dropped)",
+        ),
+    ),
+    capabilities=frozenset({Capability.CONTACTS}),
+    optional=True,
+    instances=1,
+    timed=False,
+    attention_maps=True,
+)
+PROTEIN_LANGUAGE_MODEL = (ENCODER, LANGUAGE_MODEL, LAYERS, CONTACTS)
+"""ESM's graphs: a checkpoint without its masked-LM head (a bare EsmModel) is served without the language model."""
 
 
 @dataclass(frozen=True)
 class ModelDescription:
-    """Name, architecture, tokenizer, limits, capabilities and Triton graphs of one model."""
+    """Name, architecture, tokenizer, limits and Triton graphs (which give its capabilities) of one model."""
 
     name: str
     architecture: Architecture
@@ -243,7 +325,6 @@ class ModelDescription:
     """Most residues (proteins) or SMILES tokens one input may have."""
     default_checkpoint_config: dict[str, Any]
     """The sizes of the small random-init default checkpoint."""
-    capabilities: frozenset[Capability] = PROTEIN_CAPABILITIES
     graphs: tuple[GraphSpec, ...] = (ENCODER,)
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     summary: str = ""
@@ -252,12 +333,23 @@ class ModelDescription:
     response_cache: bool = False
     """Triton answers repeated identical requests from its cache (needs tritonserver's --cache-config)."""
 
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """Everything the model can answer with all of its graphs loaded."""
+        return frozenset().union(*(graph.capabilities for graph in self.graphs))
+
     def graph(self, role: GraphRole) -> GraphSpec:
         return next(graph for graph in self.graphs if graph.role is role)
 
+    def graph_for(self, capability: Capability) -> GraphSpec:
+        """The graph that gives the model `capability`."""
+        return next(graph for graph in self.graphs if capability in graph.capabilities)
+
     def triton_name(self, role: GraphRole) -> str:
-        """A single-graph model is served under its own name; others as `<name>_<role>`."""
-        return self.name if len(self.graphs) == 1 else f"{self.name}_{role.value}"
+        """A model with one graph that is not optional serves it under its own name; every other graph is
+        `<name>_<role>` (esm2nv and esm2nv_language_model; megamolbart_encoder and megamolbart_decoder)."""
+        required = [graph for graph in self.graphs if not graph.optional]
+        return self.name if required == [self.graph(role)] else f"{self.name}_{role.value}"
 
 
 MODELS: dict[str, ModelDescription] = {
@@ -267,6 +359,7 @@ MODELS: dict[str, ModelDescription] = {
             name="esm1nv",
             architecture=Architecture.ESM1,
             tokenizer=TokenizerKind.ESM,
+            graphs=PROTEIN_LANGUAGE_MODEL,
             # BioNeMo's ESM-1nv has 512 positions (seq_length), <cls> and <eos> included.
             max_length=510,
             # ESM-1 layers (learned absolute positions) at a small width.
@@ -282,6 +375,7 @@ MODELS: dict[str, ModelDescription] = {
             name="esm2nv",
             architecture=Architecture.ESM2,
             tokenizer=TokenizerKind.ESM,
+            graphs=PROTEIN_LANGUAGE_MODEL,
             max_length=1022,
             # The shape of facebook/esm2_t6_8M_UR50D: the real ESM-2 layer stack
             # (rotary positions, pre-LayerNorm, token dropout) at its smallest size.
@@ -297,6 +391,7 @@ MODELS: dict[str, ModelDescription] = {
             name="prott5nv",
             architecture=Architecture.T5_ENCODER,
             tokenizer=TokenizerKind.PROTT5,
+            graphs=(ENCODER, LAYERS),
             # BioNeMo's ProtT5nv has 512 positions (seq_length), </s> included.
             max_length=511,
             # ProtT5-XL's encoder layout (relative attention buckets, ReLU
@@ -315,8 +410,7 @@ MODELS: dict[str, ModelDescription] = {
             architecture=Architecture.MBART,
             tokenizer=TokenizerKind.SMILES,
             max_length=510,
-            capabilities=frozenset(Capability),
-            graphs=(ENCODER, DECODER),
+            graphs=(ENCODER, DECODER, LAYERS),
             # MegaMolBART's pre-LayerNorm encoder-decoder with learned positions
             # (BioNeMo: 6 layers, 512 wide, 8 heads) at a smaller width.
             default_checkpoint_config={

@@ -14,6 +14,7 @@ import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before any use of Bento
 from model_catalog import MODELS
 from serving.engine.encoding import EncoderEngine
 from serving.engine.generation import MoleculeGenerator
+from serving.engine.language_model import ProteinLanguageModel
 from serving.engine.payloads import encode_arrays
 from serving.fronts import bionemo_grpc
 from serving.fronts.admission import Admission
@@ -40,6 +41,8 @@ from serving.metrics import MergeTritonMetrics
 from serving.protocol import (
     MEGAMOLBART,
     AdminModelRequest,
+    ContactsRequest,
+    ContactsResponse,
     DecodeRequest,
     DecodeResponse,
     EmbedRequest,
@@ -48,8 +51,12 @@ from serving.protocol import (
     GenerateResponse,
     HiddenRequest,
     HiddenResponse,
+    LogitsRequest,
+    LogitsResponse,
     ModelsResponse,
     RepositoryResponse,
+    ScoreRequest,
+    ScoreResponse,
 )
 from serving.startup.settings import current_settings
 from serving.triton.registry import ModelRegistry
@@ -74,6 +81,7 @@ endpoint = Endpoints(svc, admission)
 registry = ModelRegistry(triton)
 engine = EncoderEngine(triton, registry)
 generator = MoleculeGenerator(engine)
+language_model = ProteinLanguageModel(engine, settings.max_score_passes)
 bionemo_grpc.mount(svc, engine, generator, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services
 openai_front = OpenAIFront(engine, registry)
 
@@ -89,6 +97,7 @@ async def embed(request: EmbedRequest) -> EmbedResponse:
         encoding_format=request.encoding_format,
         dtype=request.dtype,
         embeddings=encode_arrays(embedded.vectors, request.encoding_format, request.dtype),
+        layers=embedded.layers,
         truncated=embedded.truncated,
     )
 
@@ -99,7 +108,7 @@ async def embed(request: EmbedRequest) -> EmbedResponse:
     NdarrayOutput(dtype=np.float32, shape=(-1, -1)),
 )
 async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
-    """The embeddings of /embed as one float32 array [batch, dim]."""
+    """The embeddings of /embed as one float32 array [batch, dim] ([batch, layers, dim] with `layers`)."""
     return (await engine.embed(request)).vectors
 
 
@@ -107,6 +116,24 @@ async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
 async def hidden(request: HiddenRequest) -> HiddenResponse:
     """Final hidden states of every token, with the mask of real tokens."""
     return await engine.hidden(request)
+
+
+@endpoint("/logits", ValidatedJSON(pydantic_model=LogitsRequest), JSONOutput(pydantic_model=LogitsResponse))
+async def logits(request: LogitsRequest) -> LogitsResponse:
+    """Log-probabilities of the 20 amino acids at every residue position; `<mask>` may stand for any residue."""
+    return await language_model.logits(request)
+
+
+@endpoint("/score", ValidatedJSON(pydantic_model=ScoreRequest), JSONOutput(pydantic_model=ScoreResponse))
+async def score(request: ScoreRequest) -> ScoreResponse:
+    """Zero-shot variant-effect scores of mutations of one wild type, or its whole single-substitution scan."""
+    return await language_model.score(request)
+
+
+@endpoint("/contacts", ValidatedJSON(pydantic_model=ContactsRequest), JSONOutput(pydantic_model=ContactsResponse))
+async def contacts(request: ContactsRequest) -> ContactsResponse:
+    """Contact probabilities between every pair of residues, from the attention maps (ESM's contact head)."""
+    return await language_model.contacts(request)
 
 
 @endpoint("/decode", ValidatedJSON(pydantic_model=DecodeRequest), JSONOutput(pydantic_model=DecodeResponse))

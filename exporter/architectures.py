@@ -23,10 +23,11 @@ from exporter.exportable import (
     ESM_COMMON,
     ESM_POSITIONS,
     MEGAMOLBART_COMMON,
-    EncoderGraph,
     ExportableModel,
     check_token_ids,
+    encoder_graphs,
     encoder_only,
+    hidden_layers,
 )
 from exporter.nemo import NEMO_SUFFIX, load_nemo
 from model_catalog import Architecture, GraphRole, ModelDescription
@@ -35,8 +36,10 @@ from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
 
 
-# Heads of a saved EsmForMaskedLM or EsmModel: the encoder graph serves hidden states, not logits or pooled output.
-ESM_UNUSED_HEADS = ("lm_head.", "contact_head.", "pooler.")
+# Heads a saved EsmForMaskedLM or EsmModel may lack or carry beyond what is served: the masked-LM head (without
+# it, no language-model graph), the contact head and the pooler (an EsmModel's, under its own name or under "esm.").
+ESM_LM_HEAD, ESM_CONTACT_HEAD = "lm_head.", "esm.contact_head."
+ESM_OPTIONAL_HEADS = (ESM_LM_HEAD, ESM_CONTACT_HEAD, "contact_head.", "esm.pooler.", "pooler.")
 
 # ProtT5-XL (Rostlab/prot_t5_xl_uniref50 config.json), less its sizes.
 _PROTT5_COMMON: dict[str, Any] = {
@@ -67,7 +70,7 @@ def _create_esm(description: ModelDescription, folder: Path) -> None:
 
 
 def _load_esm(description: ModelDescription, folder: Path) -> ExportableModel:
-    from transformers import EsmConfig, EsmModel
+    from transformers import EsmConfig, EsmForMaskedLM
 
     config = EsmConfig.from_pretrained(folder)
     expected = ESM_POSITIONS[description.architecture]["position_embedding_type"]
@@ -79,7 +82,10 @@ def _load_esm(description: ModelDescription, folder: Path) -> ExportableModel:
     _check_vocab_size(folder, config.vocab_size, len(ESM_ALPHABET))
     if (folder / "vocab.txt").is_file():
         check_token_ids(folder / "vocab.txt", read_vocabulary(folder / "vocab.txt"), ESM_ALPHABET)
-    return encoder_only(_from_pretrained(EsmModel, folder, ESM_UNUSED_HEADS, add_pooling_layer=False))
+    masked_lm, lacking = _from_pretrained(EsmForMaskedLM, folder, ESM_OPTIONAL_HEADS)
+    return encoder_only(
+        masked_lm.esm, None if ESM_LM_HEAD in lacking else masked_lm, contacts=ESM_CONTACT_HEAD not in lacking
+    )
 
 
 def _create_t5_encoder(description: ModelDescription, folder: Path) -> None:
@@ -102,7 +108,7 @@ def _load_t5_encoder(description: ModelDescription, folder: Path) -> ExportableM
     _check_vocab_size(folder, config.vocab_size, len(PROTT5_TOKENS))
     _check_t5_vocabulary(folder)
     # Eager attention by default (plain ONNX ops); the exporter switches to sdpa for the runtimes that fuse it.
-    return encoder_only(_from_pretrained(T5EncoderModel, folder, attn_implementation="eager"))
+    return encoder_only(_from_pretrained(T5EncoderModel, folder, attn_implementation="eager")[0])
 
 
 def _check_t5_vocabulary(folder: Path) -> None:
@@ -145,20 +151,23 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
     if (folder / VOCABULARY_FILE.name).is_file():
         vocabulary = read_vocabulary(folder / VOCABULARY_FILE.name)
         check_token_ids(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
-    model = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
+    model, _ = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
-        graphs={GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)},
-        sizes=seq2seq_sizes(config),
+        graphs={**encoder_graphs(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)},
+        sizes=seq2seq_sizes(config) | hidden_layers(config),
         max_positions=config.max_position_embeddings,
     )
 
 
-def _from_pretrained(model_class: type, folder: Path, unused_heads: tuple[str, ...] = (), **options: Any) -> Any:
-    """`model_class.from_pretrained(folder)`, where every weight the graphs use must come from the checkpoint.
+def _from_pretrained(
+    model_class: type, folder: Path, optional_heads: tuple[str, ...] = (), **options: Any
+) -> tuple[Any, frozenset[str]]:
+    """`model_class.from_pretrained(folder)`, where every weight the graphs use must come from the checkpoint; and
+    which of `optional_heads` (key prefixes) it lacks, whose graphs are then not exported.
 
     transformers only warns about missing weights (it initialises them at
     random) and names no key for a shape mismatch; both are errors here, as is a
-    weight the model does not know outside `unused_heads` (such as a masked-LM head).
+    weight the model does not know outside `optional_heads` (such as a pooler).
     """
     try:
         model, info = model_class.from_pretrained(
@@ -172,11 +181,12 @@ def _from_pretrained(model_class: type, folder: Path, unused_heads: tuple[str, .
             f"{folder}: weight '{key}' has shape {tuple(found)}, config.json implies {tuple(expected)}"
         )
     for problem, keys in (("missing", info["missing_keys"]), ("unknown to the model", info["unexpected_keys"])):
-        relevant = sorted(key for key in keys if not key.startswith(unused_heads))
+        relevant = sorted(key for key in keys if not key.startswith(optional_heads))
         if relevant:
             more = f" (and {len(relevant) - 1} more)" if len(relevant) > 1 else ""
             raise CheckpointError(f"{folder}: weight '{relevant[0]}' is {problem}{more}")
-    return model.eval()
+    lacking = frozenset(head for head in optional_heads if any(key.startswith(head) for key in info["missing_keys"]))
+    return model.eval(), lacking
 
 
 def _check_vocab_size(folder: Path, found: int, expected: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from exporter.errors import CheckpointError
-from model_catalog import Architecture, GraphRole, GraphSpec, OnnxGraph
+from model_catalog import SCORED_AMINO_ACIDS, Architecture, GraphRole, GraphSpec, OnnxGraph
 from preprocessing.smiles import MEGAMOLBART_TOKENS
 from preprocessing.vocabularies import ESM_ALPHABET
 
@@ -40,6 +40,71 @@ class EncoderGraph(torch.nn.Module):
         return hidden_states, (hidden_states * weights).sum(dim=1) / weights.sum(dim=1)
 
 
+class LayersGraph(torch.nn.Module):
+    """(input_ids, attention_mask, pooling_mask, layers) -> (layer_hidden_states, layer_embeddings): the layers graph.
+
+    Each row names the layers it wants, as transformers' `output_hidden_states` numbers them (0: the embedding
+    layer's output; the last: what the encoder graph serves), and gets their hidden states and their means over the
+    pooling mask: a row of one layer of 33 carries one layer's states out of Triton, not all of them.
+    """
+
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooling_mask: torch.Tensor, layers: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        every = torch.stack(outputs.hidden_states, dim=1)  # [batch, layers + 1, tokens, hidden]
+        index = layers[:, :, None, None].expand(-1, -1, every.shape[2], every.shape[3])
+        chosen = torch.gather(every, 1, index)
+        weights = pooling_mask[:, None, :, None].to(chosen.dtype)
+        return chosen, (chosen * weights).sum(dim=2) / weights.sum(dim=2)
+
+
+def encoder_graphs(encoder: torch.nn.Module) -> dict[GraphRole, torch.nn.Module]:
+    """The graphs every encoder gives: the encoder graph and the layers graph, over the same module."""
+    return {GraphRole.ENCODER: EncoderGraph(encoder), GraphRole.LAYERS: LayersGraph(encoder)}
+
+
+def hidden_layers(config: Any) -> dict[str, int]:
+    """The `hidden_layers` size: the hidden states an encoder of `config` outputs, its layers' and the embeddings'."""
+    return {"hidden_layers": config.num_hidden_layers + 1}
+
+
+class ContactsGraph(torch.nn.Module):
+    """(input_ids, attention_mask) -> contacts [batch, tokens - 2, tokens - 2]: transformers' `EsmModel.predict_contacts`
+    (every layer's attention maps, symmetrized and APC-corrected, through the logistic contact head; <cls> and
+    <eos> dropped). A padded row's residues get what the row alone gets: padding and <eos> are zeroed first."""
+
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder.predict_contacts(input_ids, attention_mask)
+
+
+class LanguageModelGraph(torch.nn.Module):
+    """(input_ids, attention_mask) -> log_probs [batch, tokens, 20]: the language-model graph Triton serves.
+
+    The log-softmax is over the model's whole vocabulary, as transformers' EsmForMaskedLM logits give it; only the
+    SCORED_AMINO_ACIDS' columns leave the graph, the only ones /logits and /score read (20 of 33 values per token).
+    ESM-2's token dropout, which rescales the embeddings by the share of <mask> tokens, is in the traced graph.
+    """
+
+    def __init__(self, masked_lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.masked_lm = masked_lm
+        amino_acids = [ESM_ALPHABET.index(residue) for residue in SCORED_AMINO_ACIDS]
+        self.register_buffer("amino_acids", torch.tensor(amino_acids), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        logits = self.masked_lm(input_ids=input_ids, attention_mask=attention_mask).logits
+        return torch.log_softmax(logits, dim=-1).index_select(-1, self.amino_acids)
+
+
 @dataclass(frozen=True)
 class ExportableModel:
     """The loaded checkpoint as the graphs to export, and the sizes their tensor dimensions name."""
@@ -55,14 +120,23 @@ class ExportableModel:
         return getattr(module, part.name) if graph.parts else module
 
 
-def encoder_only(encoder: torch.nn.Module) -> ExportableModel:
-    """An encoder-only checkpoint's model as its one encoder graph, sized by its config."""
+def encoder_only(
+    encoder: torch.nn.Module, masked_lm: torch.nn.Module | None = None, contacts: bool = False
+) -> ExportableModel:
+    """An encoder-only checkpoint's model as its encoder and layers graphs, sized by its config; with `masked_lm` (the
+    encoder under its language-model head, for a checkpoint that has one), its language-model graph too; with
+    `contacts` (an ESM checkpoint with its contact head), its contacts graph."""
     config = encoder.config
     # ESM numbers learned positions from padding_idx + 1 (fairseq); rotary (ESM-2) and relative (T5) have no table.
     learned = getattr(config, "position_embedding_type", None) == "absolute"
+    graphs = encoder_graphs(encoder)
+    if masked_lm is not None:
+        graphs[GraphRole.LANGUAGE_MODEL] = LanguageModelGraph(masked_lm)
+    if contacts:
+        graphs[GraphRole.CONTACTS] = ContactsGraph(encoder)
     return ExportableModel(
-        graphs={GraphRole.ENCODER: EncoderGraph(encoder)},
-        sizes={"hidden_size": config.hidden_size},
+        graphs=graphs,
+        sizes={"hidden_size": config.hidden_size, **hidden_layers(config)},
         max_positions=config.max_position_embeddings - config.pad_token_id - 1 if learned else None,
     )
 

@@ -26,6 +26,47 @@ def encoder_inputs(description: ModelDescription, lengths: list[int], rng: np.ra
     return GraphInputs(batch.model_inputs(), {"hidden_states": batch.attention_mask.astype(bool)})
 
 
+def language_model_inputs(description: ModelDescription, lengths: list[int], rng: np.random.Generator) -> GraphInputs:
+    """As `encoder_inputs`, with <mask> at random residues: none in the first row, more in each row after (up to
+    every residue), so that ESM-2's token dropout, which rescales by the share of masks, is held to torch too."""
+    tokenizer = tokenizer_for(description)
+    batch = encoder_inputs(description, lengths, rng).feeds
+    input_ids = batch["input_ids"].copy()
+    for row, length in enumerate(lengths):
+        masked = rng.choice(length, size=min(row * row, length), replace=False) + len(tokenizer.prefix_ids)
+        input_ids[row, masked] = tokenizer.mask_id
+    return GraphInputs(
+        {"input_ids": input_ids, "attention_mask": batch["attention_mask"]},
+        {"log_probs": batch["attention_mask"].astype(bool)},
+    )
+
+
+def layers_inputs(
+    description: ModelDescription, graphs: dict[GraphRole, torch.nn.Module], lengths: list[int], rng: np.random.Generator
+) -> GraphInputs:
+    """As `encoder_inputs`, each row asking for LAYERS_PER_ROW layers of its own: the first the embeddings', the last
+    and one between; the others at random."""
+    batch = encoder_inputs(description, lengths, rng)
+    outputs = graphs[GraphRole.LAYERS].encoder.config.num_hidden_layers + 1
+    layers = rng.integers(outputs, size=(len(lengths), LAYERS_PER_ROW))
+    layers[0] = [0, outputs - 1, outputs // 2]
+    real = np.repeat(batch.feeds["attention_mask"].astype(bool)[:, None], LAYERS_PER_ROW, axis=1)
+    return GraphInputs(batch.feeds | {"layers": layers}, {"layer_hidden_states": real})
+
+
+LAYERS_PER_ROW = 3
+
+
+def contacts_inputs(description: ModelDescription, lengths: list[int], rng: np.random.Generator) -> GraphInputs:
+    """As `encoder_inputs`; contacts are compared between real residues."""
+    feeds = encoder_inputs(description, lengths, rng).feeds
+    residues = feeds["pooling_mask"][:, 1:-1].astype(bool)
+    return GraphInputs(
+        {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]},
+        {"contacts": residues[:, :, None] & residues[:, None, :]},
+    )
+
+
 def cross_attention_inputs(
     description: ModelDescription, graphs: dict[GraphRole, torch.nn.Module], lengths: list[int], rng: np.random.Generator
 ) -> GraphInputs:
@@ -85,6 +126,12 @@ def verification_inputs(
     length_sets = ([1, 9, longest // 4, longest], [longest // 2], [5, 3, 17])
     if role is GraphRole.ENCODER:
         return [encoder_inputs(description, lengths, rng) for lengths in length_sets]
+    if role is GraphRole.LANGUAGE_MODEL:
+        return [language_model_inputs(description, lengths, rng) for lengths in length_sets]
+    if role is GraphRole.LAYERS:
+        return [layers_inputs(description, graphs, lengths, rng) for lengths in length_sets]
+    if role is GraphRole.CONTACTS:
+        return [contacts_inputs(description, lengths, rng) for lengths in length_sets]
     if part == "cross_attention":
         return [cross_attention_inputs(description, graphs, lengths, rng) for lengths in length_sets]
     return [decoder_step_inputs(description, graphs, lengths, decoded, rng) for lengths, decoded in zip(length_sets, (0, 6, 19))]
@@ -96,6 +143,12 @@ def trace_inputs(
     rng = np.random.default_rng(1234)
     if role is GraphRole.ENCODER:
         return encoder_inputs(description, [10, 4], rng)
+    if role is GraphRole.LANGUAGE_MODEL:
+        return language_model_inputs(description, [10, 4], rng)
+    if role is GraphRole.LAYERS:
+        return layers_inputs(description, graphs, [10, 4], rng)
+    if role is GraphRole.CONTACTS:
+        return contacts_inputs(description, [10, 4], rng)
     if part == "cross_attention":
         return cross_attention_inputs(description, graphs, [10, 4], rng)
     return decoder_step_inputs(description, graphs, [10, 4], 3, rng)

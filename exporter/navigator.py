@@ -59,6 +59,12 @@ def optimize_with_navigator(
     navigator_version()
     import model_navigator as nav
     from model_navigator.exceptions import ModelNavigatorError
+    from model_navigator.inplace.registry import module_registry
+
+    # Navigator 0.14's report writer keeps every workspace an `optimize` ever used and writes into each at the end
+    # of the next: a model's second graph failed on the first one's removed workspace. Clearing the (inplace)
+    # module registry, which this export does not use, is what resets that list.
+    module_registry.clear()
 
     inputs, outputs = input_names(graph, samples[0]), [spec.name for spec in graph.outputs]
     package = nav.torch.optimize(

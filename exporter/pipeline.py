@@ -64,6 +64,8 @@ class ExportReport:
     format: str
     graphs: list[GraphReport]
     seconds: float
+    left_out: dict[str, str]
+    """Optional graphs the checkpoint cannot give (by Triton name), and why."""
 
     def summary(self) -> str:
         lines = [
@@ -86,6 +88,7 @@ class ExportReport:
                     lines.append(f"    {runtime.value}: max |{runtime.value} - torch| = {outcome.max_abs_diff:.2e}")
                 else:
                     lines.append(f"    {runtime.value}: left out ({outcome})")
+        lines += [f"  {name}: not exported ({why})" for name, why in self.left_out.items()]
         return "\n".join(lines)
 
 
@@ -124,7 +127,7 @@ def export_model(
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
         staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
         graph_runtimes: dict[GraphSpec, dict[Runtime, ParityReport | str]] = {}
-        for graph in description.graphs:
+        for graph in (graph for graph in description.graphs if graph.role in loaded.graphs):
             name = description.triton_name(graph.role)
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
@@ -140,7 +143,8 @@ def export_model(
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
-                with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
+                # sdpa is what makes each of them fuse attention; eager gives the maps a contacts graph reads
+                with attention_implementation(module, "eager" if graph.attention_maps else "sdpa"):
                     for runtime, convert in CONVERTERS.items():
                         if runtime not in runtimes:
                             outcomes[runtime][part.name] = NOT_ASKED
@@ -162,7 +166,25 @@ def export_model(
                 _publish(description, graph, loaded, repository, staged_version, parity, graph_runtimes[graph])
                 for graph, (staged_version, parity) in staged.items()
             ]
-    return ExportReport(description.name, checkpoint, target, onnx_format, reports, time.perf_counter() - started)
+            left_out = {
+                description.triton_name(graph.role): _withdraw(description, graph, repository, version)
+                for graph in description.graphs
+                if graph not in staged
+            }
+    seconds = time.perf_counter() - started
+    return ExportReport(description.name, checkpoint, target, onnx_format, reports, seconds, left_out)
+
+
+def _withdraw(description: ModelDescription, graph: GraphSpec, repository: Path, version: int) -> str:
+    """An optional graph the checkpoint lacks the head for: the same version of it, exported from an earlier
+    checkpoint, is removed (it would answer with another model's head), and its folder once no version is left.
+    Returns why it was not exported."""
+    model_dir = repository / description.triton_name(graph.role)
+    shutil.rmtree(model_dir / str(version), ignore_errors=True)
+    if model_dir.is_dir() and not any(entry.name.isdigit() for entry in model_dir.iterdir()):
+        shutil.rmtree(model_dir)
+    capabilities = ", ".join(sorted(capability.value for capability in graph.capabilities))
+    return f"the checkpoint has no {graph.role.value.replace('_', '-')} head; {description.name} serves no {capabilities}"
 
 
 def _convert(

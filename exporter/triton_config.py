@@ -48,7 +48,7 @@ def build_config(
                 dims=_resolve(spec.dims, sizes),
             )
     kind = model_config_pb2.ModelInstanceGroup.KIND_CPU if target is Target.CPU else model_config_pb2.ModelInstanceGroup.KIND_GPU
-    config.instance_group.add(kind=kind, count=1 if graph.stateful else batching.instance_count)
+    config.instance_group.add(kind=kind, count=1 if graph.stateful else graph.instances or batching.instance_count)
     if not graph.stateful:
         config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
@@ -73,6 +73,8 @@ def build_config(
         # Triton's onnxruntime backend hands a "cuda" accelerator's parameters to onnxruntime's CUDA provider (for
         # gpu-tensorrt, the nodes TensorRT leaves to it): the options the gate and the python backend use.
         accelerators.add(name="cuda").parameters.update(PROVIDER_OPTIONS["CUDAExecutionProvider"])
+    for size in graph.config_sizes:
+        config.parameters[size].string_value = str(sizes[size])
     if graph.stateful:
         config.parameters["idle_seconds"].string_value = str(batching.cache_idle_seconds)
     elif python_backend:

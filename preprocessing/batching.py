@@ -59,15 +59,19 @@ def bucket_width(longest: int, ceiling: int) -> int:
     return max(longest, min(width, ceiling))
 
 
-def bucketed_chunks(lengths: list[int], ceiling: int, max_batch_size: int) -> list[tuple[int, list[int]]]:
+def bucketed_chunks(
+    lengths: list[int], ceiling: int, max_batch_size: int, exact: bool = False
+) -> list[tuple[int, list[int]]]:
     """The rows of a request grouped by length bucket, as (width, row indices) of at most `max_batch_size` rows.
 
     A request of proteins of 60 and 900 residues padded to one width would spend
     most of its compute on padding; per bucket, at most a quarter is padding.
+    `exact` groups rows by their own length: no padding at all, for requests of many rows of one length.
     """
     by_width: dict[int, list[int]] = {}
     for index in sorted(range(len(lengths)), key=lengths.__getitem__):
-        by_width.setdefault(bucket_width(lengths[index], ceiling), []).append(index)
+        width = lengths[index] if exact else bucket_width(lengths[index], ceiling)
+        by_width.setdefault(width, []).append(index)
     return [
         (width, rows[start : start + max_batch_size])
         for width, rows in by_width.items()

@@ -6,6 +6,6 @@ import numpy as np
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Scale each row to unit length (rows of zeros stay zero)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    """Scale each vector (along the last axis) to unit length (vectors of zeros stay zero)."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     return vectors / np.where(norms == 0, 1, norms)

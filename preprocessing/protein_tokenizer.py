@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from model_catalog import SCORED_AMINO_ACIDS
 from preprocessing.batching import TokenBatch, pad_batch
 from preprocessing.errors import SequenceError, SequenceTooLong
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
@@ -18,7 +19,7 @@ from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
 # Letters a protein sequence may contain: the 20 standard amino acids plus the
 # IUPAC ambiguity and rare codes (X B U Z O). Gap symbols and special tokens
 # are not residues and are refused. Lower case reads as upper case.
-STANDARD_RESIDUES = "ACDEFGHIKLMNPQRSTVWY"
+STANDARD_RESIDUES = SCORED_AMINO_ACIDS
 RESIDUES = STANDARD_RESIDUES + "XBUZO"
 
 
@@ -30,6 +31,8 @@ class ProteinVocabulary:
     prefix: tuple[str, ...]
     suffix: tuple[str, ...]
     pad: str
+    mask: str | None = None
+    """The token a masked language model predicts; written as itself within a sequence where masks are allowed."""
 
 
 ESM_VOCABULARY = ProteinVocabulary(
@@ -38,6 +41,7 @@ ESM_VOCABULARY = ProteinVocabulary(
     prefix=("<cls>",),
     suffix=("<eos>",),
     pad="<pad>",
+    mask="<mask>",
 )
 
 # ProtT5 was trained with U, Z, O and B replaced by X (Elnaggar et al. 2021),
@@ -64,6 +68,7 @@ class ProteinTokenizer:
         self.prefix_ids = np.array([ids[token] for token in vocabulary.prefix], dtype=np.int64)
         self.suffix_ids = np.array([ids[token] for token in vocabulary.suffix], dtype=np.int64)
         self.pad_id = ids[vocabulary.pad]
+        self.mask_id = ids[vocabulary.mask] if vocabulary.mask else None
         self.content_ids = np.unique([ids[token] for token in vocabulary.residue_tokens.values()])
         self._byte_to_id = np.full(256, -1, dtype=np.int64)
         for residue, token in vocabulary.residue_tokens.items():
@@ -79,27 +84,42 @@ class ProteinTokenizer:
         """Where a whole-sequence token (<cls>) sits, if the model has one."""
         return 0 if len(self.prefix_ids) else None
 
-    def encode(self, sequence: str, index: int = 0, truncate: bool = False) -> np.ndarray:
+    def encode(self, sequence: str, index: int = 0, truncate: bool = False, masks: bool = False) -> np.ndarray:
         """Token ids of one sequence without padding; `index` names it in errors. A sequence over the limit is an
-        error, or with `truncate` its first `max_residues` residues (every character is checked either way)."""
+        error, or with `truncate` its first `max_residues` residues (every character is checked either way).
+        With `masks`, the vocabulary's mask token (`<mask>`) may stand for any residue."""
         if not sequence:
             raise SequenceError(index, "sequence is empty")
-        if self.is_over_limit(sequence) and not truncate:
-            raise SequenceTooLong(
-                index, f"sequence has {len(sequence)} residues; this model accepts at most {self.max_residues}"
-            )
-        if not sequence.isascii():
-            position, character = next((p, c) for p, c in enumerate(sequence) if not c.isascii())
-            raise SequenceError(index, self._bad_character_message(character, position))
-        residue_ids = self._byte_to_id[np.frombuffer(sequence.encode("ascii"), dtype=np.uint8)]
+        mask = self.vocabulary.mask if masks else None
+        pieces = sequence.split(mask) if mask else [sequence]
+        residues = sum(map(len, pieces)) + len(pieces) - 1
+        if self.is_over_limit(sequence, masks) and not truncate:
+            raise SequenceTooLong(index, f"sequence has {residues} residues; this model accepts at most {self.max_residues}")
+        ids, start = [], 0
+        for piece in pieces:
+            if ids:
+                ids.append(np.array([self.mask_id], dtype=np.int64))
+            ids.append(self._residue_ids(piece, index, start))
+            start += len(piece) + len(mask or "")
+        return self.wrap(np.concatenate(ids)[: self.max_residues])
+
+    def _residue_ids(self, residues: str, index: int, offset: int) -> np.ndarray:
+        """The ids of a run of residue letters that starts at character `offset` of sequence `index`."""
+        if not residues.isascii():
+            position, character = next((p, c) for p, c in enumerate(residues) if not c.isascii())
+            raise SequenceError(index, self._bad_character_message(character, offset + position))
+        residue_ids = self._byte_to_id[np.frombuffer(residues.encode("ascii"), dtype=np.uint8)]
         unknown = np.flatnonzero(residue_ids < 0)
         if unknown.size:
             position = int(unknown[0])
-            raise SequenceError(index, self._bad_character_message(sequence[position], position))
-        return self.wrap(residue_ids[: self.max_residues])
+            raise SequenceError(index, self._bad_character_message(residues[position], offset + position))
+        return residue_ids
 
-    def is_over_limit(self, sequence: str) -> bool:
-        return len(sequence) > self.max_residues
+    def is_over_limit(self, sequence: str, masks: bool = False) -> bool:
+        """Over the residue limit, each `<mask>` counting as one residue where masks are allowed."""
+        mask = self.vocabulary.mask if masks else None
+        residues = len(sequence) - (sequence.count(mask) * (len(mask) - 1) if mask else 0)
+        return residues > self.max_residues
 
     def batch(self, sequences: list[str]) -> TokenBatch:
         """Tokenize and right-pad `sequences`; the first bad sequence raises `SequenceError`."""

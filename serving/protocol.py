@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
-from model_catalog import DEFAULT_MODEL, MODELS
+from model_catalog import DEFAULT_MODEL, MODELS, SCORED_AMINO_ACIDS
 from serving.startup.settings import current_settings
 
 
@@ -69,13 +69,31 @@ class VectorsRequest(SequencesRequest):
     )
 
 
+LayerIndices = Annotated[
+    list[int] | None,
+    Field(
+        default=None,
+        min_length=1,
+        description="Hidden-state layers to answer instead of the last alone, numbered as transformers' "
+        "`output_hidden_states` numbers them: 0 is the embedding layer's output, the model's number of layers the last "
+        "(what is answered without `layers`); negative indices count from the end (-1: the last), as fair-esm's "
+        "`repr_layers` do. The answer then has a layer axis after the batch axis.",
+        examples=[[-1, 0, 3]],
+    ),
+]
+ResolvedLayers = Annotated[
+    list[int] | None, Field(description="The layers answered, as non-negative indices, in the order asked (with `layers`).")
+]
+
+
 class EmbedRequest(VectorsRequest):
     pooling: Pooling = Field(
         default=Pooling.MEAN,
         description="`mean`: mean of the final hidden states over the residues (BioNeMo's definition); "
         "`cls`: the hidden state of the leading <cls> token, for models that have one.",
     )
-    normalize: StrictBool = Field(default=False, description="Scale each embedding to unit L2 norm.")
+    normalize: StrictBool = Field(default=False, description="Scale each embedding to unit L2 norm (each layer's).")
+    layers: LayerIndices = None
 
 
 TruncatedIndices = Annotated[
@@ -89,14 +107,16 @@ class EmbedResponse(BaseModel):
     dim: int = Field(description="Length of each embedding vector.")
     encoding_format: EncodingFormat
     dtype: FloatType
-    embeddings: list[list[float]] | list[str] = Field(
-        description="One vector per input sequence, in input order: numbers, or base64 (see encoding_format)."
+    embeddings: list[list[float]] | list[list[list[float]]] | list[str] = Field(
+        description="One vector per input sequence, in input order: numbers, or base64 (see encoding_format). With "
+        "`layers`: [batch][layers][dim], and with base64 one [layers, dim] array per sequence."
     )
+    layers: ResolvedLayers = None
     truncated: TruncatedIndices
 
 
 class HiddenRequest(VectorsRequest):
-    pass
+    layers: LayerIndices = None
 
 
 class HiddenResponse(BaseModel):
@@ -105,13 +125,113 @@ class HiddenResponse(BaseModel):
     dim: int
     encoding_format: EncodingFormat
     dtype: FloatType
-    hiddens: list[list[list[float]]] | list[str] = Field(
+    hiddens: list[list[list[float]]] | list[list[list[list[float]]]] | list[str] = Field(
         description="[batch, length, dim] final hidden states of every token, special tokens included; "
         "length is the longest tokenized input, shorter ones are zero-padded. With base64, one [length, dim] "
-        "array per sequence."
+        "array per sequence. With `layers`: [batch, layers, length, dim] (base64: one [layers, length, dim] array "
+        "per sequence)."
     )
+    layers: ResolvedLayers = None
     mask: list[list[int]] = Field(description="[batch, length]: 1 at real tokens, 0 at padding.")
     truncated: TruncatedIndices
+
+
+class LogitsRequest(VectorsRequest):
+    sequences: list[StrictStr] = Field(
+        min_length=1,
+        max_length=current_settings().max_sequences_per_request,
+        description="Protein sequences as one-letter amino-acid codes (either case); `<mask>` may stand for any residue.",
+        examples=[["MSLKRKNIAL<mask>PAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]],
+    )
+
+
+AlphabetField = Annotated[
+    str, Field(description="The amino acids of the last axis, in order: the 20 standard one-letter codes.")
+]
+
+
+class LogitsResponse(BaseModel):
+    model: str
+    model_version: int
+    alphabet: AlphabetField = SCORED_AMINO_ACIDS
+    encoding_format: EncodingFormat
+    dtype: FloatType
+    log_probs: list[list[list[float]]] | list[str] = Field(
+        description="[batch][residues][20]: at every residue position (special tokens dropped), the natural-log "
+        "probability of each amino acid of `alphabet`, normalised over the model's whole vocabulary. With base64, one "
+        "[residues, 20] array per sequence."
+    )
+    truncated: TruncatedIndices
+
+
+class ContactsRequest(VectorsRequest):
+    pass
+
+
+class ContactsResponse(BaseModel):
+    model: str
+    model_version: int
+    encoding_format: EncodingFormat
+    dtype: FloatType
+    contacts: list[list[list[float]]] | list[str] = Field(
+        description="[batch][residues][residues]: the probability that residues i and j (0-based) are in contact, "
+        "symmetric, as transformers' `EsmModel.predict_contacts` computes it. With base64, one [residues, residues] "
+        "array per sequence."
+    )
+    truncated: TruncatedIndices
+
+
+class ScoringMethod(str, enum.Enum):
+    MASKED_MARGINAL = "masked-marginal"
+    WILDTYPE_MARGINAL = "wildtype-marginal"
+    PSEUDO_LIKELIHOOD = "pseudo-likelihood"
+
+
+class ScoreRequest(_Strict):
+    model: StrictStr = Field(default=DEFAULT_MODEL, description="A served model that can score (see GET /models).")
+    model_version: ModelVersion = None
+    sequence: StrictStr = Field(
+        min_length=1,
+        description="The wild-type protein as one-letter amino-acid codes (either case).",
+        examples=["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"],
+    )
+    mutations: list[StrictStr] | None = Field(
+        default=None,
+        min_length=1,
+        description="Variants to score, e.g. `A23G` (wild-type letter, 1-based position, mutant letter) or a "
+        "multi-mutant `A23G:K45R`; one score per variant, in order. Either `mutations` or `scan`.",
+        examples=[["L3A", "L3A:K5R"]],
+    )
+    scan: StrictBool = Field(
+        default=False,
+        description="Score every single substitution instead: a [residues][20] matrix (deep mutational scan).",
+    )
+    method: ScoringMethod = Field(
+        default=ScoringMethod.MASKED_MARGINAL,
+        description="`masked-marginal` (Meier et al. 2021): the mutated positions masked in one pass, the sum over them "
+        "of log p(mutant) - log p(wild type); `wildtype-marginal`: the same from one unmasked pass of the wild type; "
+        "`pseudo-likelihood`: the pseudo-log-likelihood of the mutant minus the wild type's, each position masked in "
+        "turn (a sequence's length in passes per variant).",
+    )
+
+    @model_validator(mode="after")
+    def _mutations_or_scan(self) -> ScoreRequest:
+        if (self.mutations is None) == (not self.scan):
+            raise ValueError("send either `mutations` or `scan: true`")
+        return self
+
+
+class ScoreResponse(BaseModel):
+    model: str
+    model_version: int
+    method: ScoringMethod
+    alphabet: AlphabetField = SCORED_AMINO_ACIDS
+    scores: list[float] | list[list[float]] = Field(
+        description="With `mutations`: one score per variant, in order. With `scan`: [residues][20], the score of "
+        "substituting residue i (0-based) by the amino acid in column j of `alphabet`; the wild type's own column is 0. "
+        "Higher is more favourable than the wild type under the model."
+    )
+    passes: int = Field(description="Model passes the scores took (BIONEMO_MAX_SCORE_PASSES bounds them).")
 
 
 class GraphRuntime(BaseModel):
@@ -119,7 +239,8 @@ class GraphRuntime(BaseModel):
     runtime: str = Field(description="What runs the graph: onnxruntime, onnxruntime-fused, torchscript or openvino.")
     chosen_by: str = Field(
         description="`measurement`: the fastest timed on this machine's CPU at start-up; `BIONEMO_RUNTIME`: the "
-        "setting; `default`: not timed (a remote repository, a GPU target, or the stateful decoder)."
+        "setting; `default`: onnxruntime, not timed (a remote repository, a GPU target, or a graph asked for rarely: "
+        "the layers and the contacts graphs)."
     )
     cpu: str | None = Field(default=None, description="The CPU (/proc/cpuinfo model name) the runtimes were timed on.")
     threads: int | None = Field(default=None, description="Threads each runtime was timed with: one instance's.")
@@ -138,7 +259,10 @@ class ModelInfo(BaseModel):
     version: int = Field(description="The newest version Triton serves: what requests without model_version get.")
     versions: list[int] = Field(description="Every version Triton serves (config.pbtxt version_policy).")
     summary: str
-    capabilities: list[str] = Field(description="Endpoints this model answers: embed, hidden, decode, generate.")
+    capabilities: list[str] = Field(
+        description="Endpoints this model answers now: embed, hidden, logits, score, decode, generate (a checkpoint "
+        "without a masked-LM head, or its language-model graph not loaded, answers no logits or score)."
+    )
     max_length: int = Field(description="Most residues (or SMILES tokens) one input may have.")
     hidden_size: int
     tokenizer: str

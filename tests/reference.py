@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, EsmModel, MBartForConditionalGeneration, T5EncoderModel
+from transformers import AutoTokenizer, EsmForMaskedLM, EsmModel, MBartForConditionalGeneration, T5EncoderModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from model_catalog import MODELS, Architecture
@@ -15,6 +15,9 @@ from preprocessing.decoding import BeamSearch, log_softmax
 from preprocessing.smiles import SmilesTokenizer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+Substitution = tuple[int, str, str]
+"""(0-based position, wild type, mutant)."""
 
 
 class TransformersReference:
@@ -82,16 +85,68 @@ class TransformersReference:
 
     def hidden_states(self, sequence: str) -> np.ndarray:
         """[tokens, dim] final hidden states of one unpadded sequence."""
+        with torch.inference_mode():
+            return self.model(**self._tokens(sequence)).last_hidden_state[0].numpy()
+
+    def every_layer(self, sequence: str) -> np.ndarray:
+        """[layers + 1, tokens, dim]: transformers' `output_hidden_states` of one unpadded sequence."""
+        with torch.inference_mode():
+            return torch.stack(self.model(**self._tokens(sequence), output_hidden_states=True).hidden_states)[:, 0].numpy()
+
+    def _tokens(self, sequence: str) -> dict[str, torch.Tensor]:
         if self.architecture is Architecture.MBART:  # no transformers tokenizer exists for MegaMolBART
             ids = torch.from_numpy(SmilesTokenizer(max_tokens=10**6).encode(sequence))[None]
-            tokens = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        elif self.architecture is Architecture.T5_ENCODER:
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if self.architecture is Architecture.T5_ENCODER:
             text = " ".join("X" if residue in "UZOB" else residue for residue in sequence.upper())
-            tokens = self.tokenizer(text, return_tensors="pt")
-        else:
-            tokens = self.tokenizer(sequence.upper(), return_tensors="pt")
-        with torch.inference_mode():
-            return self.model(**tokens).last_hidden_state[0].numpy()
+            return self.tokenizer(text, return_tensors="pt")
+        return self.tokenizer(sequence.upper(), return_tensors="pt")
 
     def mean_embedding(self, sequence: str) -> np.ndarray:
         return self.hidden_states(sequence)[self.residues].mean(axis=0)
+
+    @cached_property
+    def masked_lm(self) -> EsmForMaskedLM:
+        return EsmForMaskedLM.from_pretrained(self.folder).eval()
+
+    def log_probs(self, sequence: str) -> np.ndarray:
+        """[residues, 20]: log-softmax over the whole vocabulary of EsmForMaskedLM's logits at each residue, of the
+        amino acids in AMINO_ACIDS order; `sequence` may hold `<mask>` (transformers' tokenizer reads it)."""
+        tokens = self.tokenizer(sequence, return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.masked_lm(**tokens).logits[0, 1:-1]
+        columns = self.tokenizer.convert_tokens_to_ids(list(AMINO_ACIDS))
+        return torch.log_softmax(logits, dim=-1)[:, columns].numpy()
+
+    def masked_marginal(self, sequence: str, variant: list[Substitution]) -> float:
+        """Meier et al. 2021: the variant's positions masked together in one pass."""
+        masked = ["<mask>" if position in {p for p, _, _ in variant} else residue for position, residue in enumerate(sequence)]
+        return self._marginal(self.log_probs("".join(masked)), variant)
+
+    def wildtype_marginal(self, sequence: str, variant: list[Substitution]) -> float:
+        return self._marginal(self.log_probs(sequence), variant)
+
+    def pseudo_log_likelihood(self, sequence: str) -> float:
+        """Each position masked in turn, one sequence per pass."""
+        total = 0.0
+        for position, residue in enumerate(sequence):
+            masked = sequence[:position] + "<mask>" + sequence[position + 1 :]
+            total += float(self.log_probs(masked)[position, AMINO_ACIDS.index(residue)])
+        return total
+
+    @staticmethod
+    def _marginal(log_probs: np.ndarray, variant: list[Substitution]) -> float:
+        return float(
+            sum(log_probs[p, AMINO_ACIDS.index(mt)] - log_probs[p, AMINO_ACIDS.index(wt)] for p, wt, mt in variant)
+        )
+
+    @cached_property
+    def eager(self) -> EsmModel:
+        """The encoder with eager attention, the one that returns attention maps (contacts need them)."""
+        return EsmModel.from_pretrained(self.folder, add_pooling_layer=False, attn_implementation="eager").eval()
+
+    def contacts(self, sequence: str) -> np.ndarray:
+        """[residues, residues]: transformers' `EsmModel.predict_contacts` of one unpadded sequence."""
+        tokens = self.tokenizer(sequence.upper(), return_tensors="pt")
+        with torch.inference_mode():
+            return self.eager.predict_contacts(tokens["input_ids"], tokens["attention_mask"])[0].numpy()

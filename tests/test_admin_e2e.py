@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
+from model_catalog import MODELS
 from reference import TransformersReference
 
 TOKEN = secrets.token_hex(32)
@@ -84,7 +85,9 @@ def test_repository_lists_loaded_and_unloaded_models(admin_service: RunningServi
     response = requests.get(f"{admin_service.url}/admin/repository", headers=ADMIN, timeout=30)
     assert response.status_code == 200, response.text
     states = {entry["triton_model"]: entry for entry in response.json()["entries"]}
-    assert set(states) == {"esm1nv", "esm2nv", "prott5nv", "megamolbart_encoder", "megamolbart_decoder"}
+    catalogued = {description.triton_name(graph.role) for description in MODELS.values() for graph in description.graphs}
+    assert set(states) == catalogued
+    assert states["esm2nv_language_model"]["state"] == "READY"  # BIONEMO_MODELS loads the model's heads too
     assert states["esm2nv"]["state"] == "READY" and states["esm2nv"]["version"] == 1
     assert states["prott5nv"]["state"] != "READY" and states["prott5nv"]["model"] == "prott5nv"
 

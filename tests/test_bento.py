@@ -166,7 +166,9 @@ def test_bento_carries_every_model_with_every_target_config(cpu_bento: Path) -> 
                 config = text_format.Parse((model_dir / name).read_text(), model_config_pb2.ModelConfig())
                 assert (config.name, config.backend) == (model_dir.name, backend)
     assert {path.parent.name for path in repository.glob("*/config.pbtxt")} == {
-        "esm1nv", "esm2nv", "prott5nv", "megamolbart_encoder", "megamolbart_decoder"
+        "esm1nv", "esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts", "esm2nv", "esm2nv_language_model",
+        "esm2nv_layers", "esm2nv_contacts", "prott5nv", "prott5nv_layers", "megamolbart_encoder", "megamolbart_decoder",
+        "megamolbart_layers",
     }  # fmt: skip
 
 

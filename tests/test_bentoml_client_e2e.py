@@ -18,13 +18,15 @@ from reference import TransformersReference
 from test_service_e2e import TOLERANCE, mixed_sequences
 
 PUBLIC_APIS = {
-    "embed", "embed_ndarray", "hidden", "decode", "decode_ndarray", "generate", "models", "openai_embeddings", "openai_models"
-}
+    "embed", "embed_ndarray", "hidden", "logits", "score", "contacts", "decode", "decode_ndarray", "generate", "models",
+    "openai_embeddings", "openai_models",
+}  # fmt: skip
 PROTEIN = "esm2nv"
 MOLECULES = ["CCO", "c1ccccc1C(=O)O"]
 BAD_REQUESTS = [
     pytest.param("embed", {"sequences": ["MKT"], "model": "esm9"}, "model", id="unknown-model"),
     pytest.param("hidden", {"sequences": ["MKT", "MKJL"]}, "sequences[1]", id="bad-residue"),
+    pytest.param("score", {"sequence": "MKT", "mutations": ["K2R", "A1G"]}, "mutations[1]", id="bad-mutation"),
 ]
 
 
@@ -57,10 +59,15 @@ def calls(molecule_hiddens: dict[str, Any]) -> list[Call]:
     decode = {"hiddens": molecule_hiddens["hiddens"], "mask": molecule_hiddens["mask"], "max_length": 20}
     latents = np.asarray(molecule_hiddens["hiddens"], dtype=np.float32)
     generate = {"smiles": MOLECULES, "num_samples": 2, "seed": 11, "max_length": 20}
+    masked = {"model": PROTEIN, "sequences": ["MKTA<mask>IAKQR", "M"]}
+    score = {"model": PROTEIN, "sequence": "MKTAYIAKQR", "mutations": ["K2R", "T3A:Y5W"]}
     return [
         Call("embed", "embed", protein, protein),
         Call("embed_ndarray", "embed/ndarray", protein, protein),
         Call("hidden", "hidden", short, short),
+        Call("logits", "logits", masked, masked),
+        Call("score", "score", score, score),
+        Call("contacts", "contacts", short, short),
         Call("decode", "decode", decode, decode),
         Call("decode_ndarray", "decode/ndarray", latents, latents.tolist()),
         Call("generate", "generate", generate, generate),

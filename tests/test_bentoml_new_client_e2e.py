@@ -57,11 +57,16 @@ def calls(molecule_hiddens: dict[str, Any]) -> list[Call]:
     decode = {"hiddens": molecule_hiddens["hiddens"], "mask": molecule_hiddens["mask"], "max_length": 20}
     latents = np.asarray(molecule_hiddens["hiddens"], dtype=np.float32)
     generate = {"smiles": MOLECULES, "num_samples": 2, "seed": 11, "max_length": 20}
+    masked = {"model": PROTEIN, "sequences": ["MKTA<mask>IAKQR", "M"], "encoding_format": "base64"}
+    scan = {"model": PROTEIN, "sequence": "MKTAYIAKQR", "scan": True}
     return [
         Call("embed", "embed", (), protein, protein),
         Call("embed", "embed", (), base64, base64),
         Call("embed_ndarray", "embed/ndarray", (), protein, protein),
         Call("hidden", "hidden", (), short, short),
+        Call("logits", "logits", (), masked, masked),
+        Call("score", "score", (), scan, scan),
+        Call("contacts", "contacts", (), short, short),
         Call("decode", "decode", (), decode, decode),
         Call("decode_ndarray", "decode/ndarray", (latents,), {}, latents.tolist()),
         Call("generate", "generate", (), generate, generate),

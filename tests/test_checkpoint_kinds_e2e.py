@@ -2,10 +2,10 @@
 
 One repository holds esm1nv from a bare HuggingFace `EsmModel` folder,
 prott5nv from a `T5EncoderModel` folder with its tokenizer.json, esm2nv from a
-BioNeMo ESM-2nv `.nemo` and megamolbart from a BioNeMo MegaMolBART `.nemo`
-(BioNeMo's flat config: fused tanh GELU, an untied token head, its vocabulary
-packed). The service's answers are compared with the original torch models
-the checkpoints were written from.
+BioNeMo ESM-2nv `.nemo` with its masked-LM head and megamolbart from a BioNeMo
+MegaMolBART `.nemo` (BioNeMo's flat config: fused tanh GELU, an untied token
+head, its vocabulary packed). The service's answers are compared with the
+original torch models the checkpoints were written from.
 """
 
 from __future__ import annotations
@@ -17,14 +17,7 @@ import numpy as np
 import pytest
 import requests
 import torch
-from transformers import EsmModel, EsmTokenizer, MBartForConditionalGeneration
-from transformers.modeling_outputs import BaseModelOutput
-
 from conftest import RunningService, start_launcher, stop_service
-from exporter import export_model
-from model_catalog import MODELS
-from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE, SmilesTokenizer
-from preprocessing.vocabularies import ESM_ALPHABET
 from reference import TransformersReference
 from test_huggingface_checkpoints import esm_checkpoint, t5_checkpoint
 from test_nemo_checkpoints import hf_model as esm_nemo_source
@@ -35,12 +28,19 @@ from test_nemo_encoder_decoder import MEGAMOLBART_VOCABULARY, regex_tokenizer
 from test_nemo_encoder_decoder import hf_model as mbart_nemo_source
 from test_nemo_encoder_decoder import megatron_config as mbart_megatron_config
 from test_nemo_encoder_decoder import megatron_state_dict as mbart_megatron_state_dict
+from transformers import EsmForMaskedLM, EsmModel, EsmTokenizer, MBartForConditionalGeneration
+from transformers.modeling_outputs import BaseModelOutput
+
+from exporter import export_model
+from model_catalog import MODELS
+from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE, SmilesTokenizer
+from preprocessing.vocabularies import ESM_ALPHABET
 
 PROTEIN = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
 MOLECULES = ["CC(=O)Nc1ccc(O)cc1", "c1ccccc1O"]
 
 
-def save_as_huggingface_folder(model: EsmModel, folder: Path) -> Path:
+def save_as_huggingface_folder(model: EsmForMaskedLM, folder: Path) -> Path:
     """The torch model a .nemo was written from, as a folder the transformers reference reads."""
     model.save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(ESM_ALPHABET) + "\n")
@@ -54,7 +54,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("kinds")
     esm_checkpoint(root / "esm1-folder", "esm1nv", EsmModel)
     t5_checkpoint(root / "t5-folder", whole_seq2seq=False)
-    esm2 = esm_nemo_source("esm2nv", seed=11)
+    esm2 = esm_nemo_source("esm2nv", seed=11)  # an EsmForMaskedLM: the .nemo carries its masked-LM head
     esm2_nemo = write_nemo(
         root / "esm2nv.nemo", esm_megatron_config("esm2nv", bias_gelu_fusion=False), esm_megatron_state_dict(esm2)
     )
@@ -132,3 +132,25 @@ def test_megamolbart_nemo_serves_its_embeddings_and_greedy_decoding(
             num_beams=1,
         )
     assert decoded["smiles"] == [tokenizer.decode(np.asarray(row)) for row in ids.tolist()]
+
+
+def test_esm2nv_nemo_serves_the_log_probs_of_its_masked_lm_head(
+    service: RunningService, sources: dict[str, object]
+) -> None:
+    sequences = [PROTEIN, PROTEIN[:5] + "<mask>" + PROTEIN[6:20]]
+    answer = post(service, "/logits", {"model": "esm2nv", "sequences": sequences})
+    reference: TransformersReference = sources["esm2nv"]
+    for sequence, log_probs in zip(sequences, answer["log_probs"]):
+        np.testing.assert_allclose(log_probs, reference.log_probs(sequence), rtol=0, atol=1e-4)
+
+
+def test_a_checkpoint_without_the_head_serves_no_logits_and_says_why(service: RunningService) -> None:
+    """esm1nv here is a bare EsmModel folder: no language-model graph was exported for it."""
+    listed = {m["name"]: m["capabilities"] for m in requests.get(f"{service.url}/models", timeout=30).json()["models"]}
+    assert {"logits", "score"} <= set(listed["esm2nv"]) and not {"logits", "score"} & set(listed["esm1nv"])
+    response = requests.post(f"{service.url}/logits", json={"model": "esm1nv", "sequences": [PROTEIN]}, timeout=60)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["message"] == (
+        "esm1nv cannot logits: its checkpoint has no head for it (the model repository has no esm1nv_language_model); "
+        "models that can: esm2nv"
+    )

@@ -75,7 +75,11 @@ def call_error(call: object, *args: object, **kwargs: object) -> grpc.RpcError:
 
 
 def test_bentoml_client_has_every_api_and_embeds_like_transformers(client: Client) -> None:
-    for api in ("embed", "embed_ndarray", "hidden", "decode", "decode_ndarray", "generate", "models", "admin_load"):
+    apis = (
+        "embed", "embed_ndarray", "hidden", "logits", "score", "contacts", "decode", "decode_ndarray", "generate",
+        "models", "admin_load",
+    )  # fmt: skip
+    for api in apis:
         assert callable(getattr(client, api)), api
     answer = client.embed({"sequences": PROTEINS, "model": "esm2nv"})
     reference = TransformersReference("esm2nv")
@@ -95,6 +99,19 @@ def test_bentoml_client_hidden_states_match_transformers(client: Client) -> None
         states = reference.hidden_states(sequence)
         np.testing.assert_allclose(hiddens[row, : len(states)], states, rtol=0, atol=1e-4)
         assert mask[row].sum() == len(states) and not hiddens[row, len(states) :].any()
+
+
+def test_bentoml_client_log_probs_and_scores_match_transformers(client: Client) -> None:
+    reference = TransformersReference("esm2nv")
+    sequences = [PROTEINS[0][:5] + "<mask>" + PROTEINS[0][6:], PROTEINS[1]]
+    answer = client.logits({"sequences": sequences, "model": "esm2nv"})
+    for sequence, log_probs in zip(sequences, answer["log_probs"]):
+        np.testing.assert_allclose(np.asarray(log_probs), reference.log_probs(sequence), rtol=0, atol=1e-4)
+    wild_type = PROTEINS[0]
+    variant = f"{wild_type[1]}2A:{wild_type[3]}4W"
+    scored = client.score({"sequence": wild_type, "mutations": [variant], "model": "esm2nv"})
+    expected = reference.masked_marginal(wild_type, [(1, wild_type[1], "A"), (3, wild_type[3], "W")])
+    np.testing.assert_allclose(scored["scores"], [expected], rtol=0, atol=1e-4)
 
 
 def test_bentoml_client_decodes_and_generates_like_transformers(client: Client) -> None:
@@ -120,6 +137,8 @@ def test_bentoml_client_decodes_and_generates_like_transformers(client: Client) 
         ("hidden", {"sequences": ["MKT"], "model": "nope"}, "model: 'nope' is not served"),
         ("decode", {"hiddens": [[[0.0] * 3]], "mask": [[1]]}, "hiddens[0]: every vector needs"),
         ("generate", {"smiles": ["C1CC"], "num_samples": 1}, "smiles[0]:"),
+        ("score", {"sequence": "MKT", "mutations": ["M1A", "K3R"]}, "mutations[1]: 'K3R': position 3 is T"),
+        ("logits", {"sequences": ["MKT"], "model": "prott5nv"}, "model: prott5nv cannot logits"),
     ],
 )
 def test_bad_input_is_invalid_argument_naming_the_item(client: Client, api: str, body: dict, field: str) -> None:

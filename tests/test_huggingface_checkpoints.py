@@ -31,6 +31,7 @@ from transformers import (
 from transformers.utils.sentencepiece_model_pb2_new import ModelProto
 
 from exporter import export_model
+from exporter.pipeline import ExportReport
 from exporter.architectures import load_for_export
 from exporter.errors import CheckpointError
 from exporter.exportable import EncoderGraph
@@ -101,12 +102,15 @@ def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> np
     return states.numpy()[batch.compared["hidden_states"]]
 
 
-def assert_loads_as(original: torch.nn.Module, description: ModelDescription, folder: Path, tmp_path: Path) -> None:
+def assert_loads_as(
+    original: torch.nn.Module, description: ModelDescription, folder: Path, tmp_path: Path
+) -> ExportReport:
     loaded = load_for_export(description, folder).graphs[GraphRole.ENCODER]
     expected = hidden_states(EncoderGraph(original.eval()), description)
     np.testing.assert_allclose(hidden_states(loaded, description), expected, rtol=0, atol=1e-5)
-    (graph,) = export_model(description, folder, tmp_path / "repository").graphs
-    assert graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3
+    report = export_model(description, folder, tmp_path / "repository", runtimes=())
+    assert all(graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3 for graph in report.graphs)
+    return report
 
 
 @pytest.mark.parametrize("model_class", [EsmForMaskedLM, EsmModel])
@@ -114,8 +118,30 @@ def assert_loads_as(original: torch.nn.Module, description: ModelDescription, fo
 def test_esm_folders_load_as_the_same_network_and_export(
     name: str, model_class: type[PreTrainedModel], tmp_path: Path
 ) -> None:
+    """A masked-LM folder gives the language-model graph too; a bare EsmModel the encoder alone, and says why."""
     original = esm_checkpoint(tmp_path / "checkpoint", name, model_class)
-    assert_loads_as(original, MODELS[name], tmp_path / "checkpoint", tmp_path)
+    report = assert_loads_as(original, MODELS[name], tmp_path / "checkpoint", tmp_path)
+    exported = sorted(path.name for path in (tmp_path / "repository").iterdir())
+    if model_class is EsmForMaskedLM:
+        graphs = [name, f"{name}_language_model", f"{name}_layers", f"{name}_contacts"]
+        assert [graph.triton_name for graph in report.graphs] == graphs and sorted(exported) == sorted(graphs)
+        assert not report.left_out
+    else:
+        graphs = [name, f"{name}_layers", f"{name}_contacts"]  # EsmModel has a contact head
+        assert [graph.triton_name for graph in report.graphs] == graphs and sorted(exported) == sorted(graphs)
+        assert report.left_out == {
+            f"{name}_language_model": f"the checkpoint has no language-model head; {name} serves no logits, score"
+        }
+
+
+def test_a_bare_checkpoint_exported_over_a_masked_lm_withdraws_its_head(tmp_path: Path) -> None:
+    """The language-model graph of the checkpoint before must not answer for the new one's weights."""
+    esm_checkpoint(tmp_path / "masked-lm", "esm2nv", EsmForMaskedLM)
+    esm_checkpoint(tmp_path / "bare", "esm2nv", EsmModel)
+    export_model(MODELS["esm2nv"], tmp_path / "masked-lm", tmp_path / "repository", runtimes=())
+    assert (tmp_path / "repository" / "esm2nv_language_model" / "1").is_dir()
+    export_model(MODELS["esm2nv"], tmp_path / "bare", tmp_path / "repository", runtimes=())
+    assert "esm2nv_language_model" not in {path.name for path in (tmp_path / "repository").iterdir()}
 
 
 @pytest.mark.parametrize("whole_seq2seq", [True, False], ids=["t5-with-spiece-model", "t5-encoder-with-tokenizer-json"])
@@ -156,27 +182,27 @@ def edit_weights(folder: Path, edit: callable) -> None:
 
 def test_a_missing_weight_is_an_error_naming_the_key(esm2_folder: Path) -> None:
     edit_weights(esm2_folder, lambda weights: weights.pop("encoder.layer.1.output.dense.bias"))
-    with pytest.raises(CheckpointError, match=r"checkpoint: weight 'encoder\.layer\.1\.output\.dense\.bias' is missing"):
+    with pytest.raises(CheckpointError, match=r"checkpoint: weight 'esm\.encoder\.layer\.1\.output\.dense\.bias' is missing"):
         load_for_export(MODELS["esm2nv"], esm2_folder)
 
 
 def test_an_unknown_weight_is_an_error_naming_the_key(esm2_folder: Path) -> None:
     edit_weights(esm2_folder, lambda weights: weights.update({"encoder.adapter.weight": torch.zeros(2)}))
-    with pytest.raises(CheckpointError, match=r"weight 'encoder\.adapter\.weight' is unknown to the model"):
+    with pytest.raises(CheckpointError, match=r"weight '(esm\.)?encoder\.adapter\.weight' is unknown to the model"):
         load_for_export(MODELS["esm2nv"], esm2_folder)
 
 
 def test_a_shape_mismatch_names_the_key_and_both_shapes(esm2_folder: Path) -> None:
     config = json.loads((esm2_folder / "config.json").read_text())
     (esm2_folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
-    with pytest.raises(CheckpointError, match=r"weight 'encoder\.layer\.0\.intermediate\.dense\.bias' has shape \(64,\), "
+    with pytest.raises(CheckpointError, match=r"weight '(esm\.)?encoder\.layer\.0\.intermediate\.dense\.bias' has shape \(64,\), "
                        r"config\.json implies \(96,\)"):  # fmt: skip
         load_for_export(MODELS["esm2nv"], esm2_folder)
 
 
 def test_a_folder_without_weights_is_named(esm2_folder: Path) -> None:
     (esm2_folder / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"checkpoint: cannot load EsmModel weights .*no file named model\.safetensors"):
+    with pytest.raises(CheckpointError, match=r"checkpoint: cannot load EsmForMaskedLM weights .*no file named model\.safetensors"):
         load_for_export(MODELS["esm2nv"], esm2_folder)
 
 

@@ -2,8 +2,9 @@
 
 The Megatron state dict is built by hand in this file (the inverse of
 exporter/nemo/esm.py's table, with query_key_value packed head by head as
-Megatron does), so a mistake in the tables cannot cancel itself out. The
-archive helpers here serve test_nemo_encoder_decoder.py too.
+Megatron does, the masked-LM head as BioNeMo's HF -> .nemo converter writes it),
+so a mistake in the tables cannot cancel itself out. The archive helpers here
+serve test_nemo_encoder_decoder.py too.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import pytest
 import torch
 import yaml
-from transformers import EsmConfig, EsmModel
+from reference import AMINO_ACIDS
+from transformers import EsmConfig, EsmForMaskedLM
 from transformers.models.esm import modeling_esm
 
 from exporter import export_model
 from exporter.architectures import load_for_export
 from exporter.errors import CheckpointError
 from exporter.exportable import EncoderGraph
-from exporter.graph_inputs import encoder_inputs
+from exporter.graph_inputs import GraphInputs, encoder_inputs, language_model_inputs
+from exporter.pipeline import ExportReport
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing.vocabularies import ESM_ALPHABET
 
@@ -53,8 +57,9 @@ ESM2_CONFIG = {
 }
 
 
-def hf_model(name: str, seed: int) -> EsmModel:
-    """A small random ESM of `name`'s kind, every parameter perturbed so that no LayerNorm is the identity."""
+def hf_model(name: str, seed: int) -> EsmForMaskedLM:
+    """A small random ESM of `name`'s kind with its masked-LM head (decoder tied to the word embeddings, as in
+    BioNeMo), every parameter perturbed so that no LayerNorm is the identity."""
     rotary = name == "esm2nv"
     config = EsmConfig(
         vocab_size=len(ESM_ALPHABET), pad_token_id=PAD_ID, mask_token_id=ESM_ALPHABET.index("<mask>"),
@@ -64,7 +69,7 @@ def hf_model(name: str, seed: int) -> EsmModel:
         emb_layer_norm_before=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-5,
     )  # fmt: skip
     torch.manual_seed(seed)
-    return perturbed(EsmModel(config, add_pooling_layer=False).eval())
+    return perturbed(EsmForMaskedLM(config).eval())
 
 
 def perturbed(model: torch.nn.Module) -> torch.nn.Module:
@@ -81,22 +86,24 @@ def pack_per_head(parts: tuple[torch.Tensor, ...], heads: int) -> torch.Tensor:
     return torch.cat([part[head * size : (head + 1) * size] for head in range(heads) for part in parts])
 
 
-def megatron_state_dict(model: EsmModel) -> dict[str, torch.Tensor]:
-    """`model`'s weights under NeMo 1 Megatron-BERT names, with the MLM head a real checkpoint also carries."""
-    hf = model.state_dict()
-    vocabulary_padding = torch.randn(PADDED_VOCABULARY - len(ESM_ALPHABET), HIDDEN)
+def padded(rows: torch.Tensor) -> torch.Tensor:
+    """Vocabulary rows as Megatron keeps them, padded to PADDED_VOCABULARY; random padding, which must be dropped."""
+    return torch.cat((rows, torch.randn(PADDED_VOCABULARY - len(rows), *rows.shape[1:])))
+
+
+def megatron_state_dict(model: EsmForMaskedLM, head: bool = True) -> dict[str, torch.Tensor]:
+    """`model`'s weights under NeMo 1 Megatron-BERT names; with `head`, its masked-LM head as BertLMHead's."""
+    hf = model.esm.state_dict()
     state = {
-        f"{LM}embedding.word_embeddings.weight": torch.cat(
-            (hf["embeddings.word_embeddings.weight"], vocabulary_padding)
-        ),
+        f"{LM}embedding.word_embeddings.weight": padded(hf["embeddings.word_embeddings.weight"]),
         f"{LM}encoder.final_layernorm.weight": hf["encoder.emb_layer_norm_after.weight"],
         f"{LM}encoder.final_layernorm.bias": hf["encoder.emb_layer_norm_after.bias"],
-        "model.lm_head.dense.weight": torch.randn(HIDDEN, HIDDEN),
-        "model.lm_head.dense.bias": torch.randn(HIDDEN),
-        "model.lm_head.layernorm.weight": torch.randn(HIDDEN),
-        "model.lm_head.layernorm.bias": torch.randn(HIDDEN),
-        "model.lm_head.bias": torch.randn(PADDED_VOCABULARY),
     }
+    if head:
+        lm_head = model.lm_head.state_dict()
+        state |= {f"model.lm_head.{name}": lm_head[name] for name in ("dense.weight", "dense.bias")}
+        state |= {f"model.lm_head.layernorm.{name}": lm_head[f"layer_norm.{name}"] for name in ("weight", "bias")}
+        state["model.lm_head.bias"] = padded(lm_head["bias"])
     if model.config.position_embedding_type == "absolute":  # HF numbers positions from padding_idx + 1
         state[f"{LM}embedding.position_embeddings.weight"] = hf["embeddings.position_embeddings.weight"][PAD_ID + 1 :]
     else:
@@ -153,6 +160,32 @@ def tokenizer_config(vocabulary_member: str) -> dict[str, object]:
     return {"library": "sentencepiece", "type": None, **{key: f"nemo:{member}" for key, member in files.items()}}
 
 
+def log_probs(logits: torch.Tensor) -> np.ndarray:
+    """transformers' masked-LM logits as the language-model graph answers: log-softmax, at the 20 amino acids."""
+    columns = [ESM_ALPHABET.index(residue) for residue in AMINO_ACIDS]
+    return torch.log_softmax(logits, dim=-1)[..., columns].numpy()
+
+
+def masked_batch(description: ModelDescription) -> GraphInputs:
+    """A padded batch of mixed lengths, its first row without <mask>, the others with more and more."""
+    return language_model_inputs(description, [1, 7, 40, 250], np.random.default_rng(4))
+
+
+def tensors(batch: GraphInputs) -> dict[str, torch.Tensor]:
+    return {name: torch.from_numpy(array) for name, array in batch.feeds.items()}
+
+
+def source_log_probs(original: EsmForMaskedLM, batch: GraphInputs) -> np.ndarray:
+    with torch.inference_mode():
+        return log_probs(original(**tensors(batch)).logits)
+
+
+def loaded_log_probs(graphs: dict[GraphRole, torch.nn.Module], batch: GraphInputs) -> np.ndarray:
+    """What the loaded language-model graph answers in torch."""
+    with torch.inference_mode():
+        return graphs[GraphRole.LANGUAGE_MODEL](**tensors(batch)).numpy()
+
+
 def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> tuple[np.ndarray, np.ndarray]:
     """Final hidden states at the real tokens of a padded batch of mixed lengths."""
     batch = encoder_inputs(description, [1, 7, 40, 250], np.random.default_rng(3))
@@ -160,6 +193,13 @@ def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> tu
         states, _ = encoder(**{name: torch.from_numpy(array) for name, array in batch.feeds.items()})
     real = batch.compared["hidden_states"]
     return states.numpy()[real], real
+
+
+def exported_log_probs(report: ExportReport, batch: GraphInputs) -> np.ndarray:
+    """What onnxruntime answers with the exported language-model graph."""
+    (graph,) = (graph for graph in report.graphs if graph.triton_name == f"{report.model}_language_model")
+    session = onnxruntime.InferenceSession(str(graph.version_dir / graph.onnx_files[0]))
+    return session.run(["log_probs"], batch.feeds)[0]
 
 
 @pytest.mark.parametrize(("name", "compression"), [("esm2nv", ""), ("esm1nv", "gz")])
@@ -175,22 +215,60 @@ def test_nemo_checkpoint_loads_as_the_same_model_and_exports(name: str, compress
     nemo = write_nemo(tmp_path / f"{name}.nemo", config, megatron_state_dict(original), compression, artifacts)
 
     loaded = load_for_export(description, nemo).graphs[GraphRole.ENCODER]
-    expected, _ = hidden_states(EncoderGraph(original), description)
+    expected, _ = hidden_states(EncoderGraph(original.esm), description)
     np.testing.assert_allclose(hidden_states(loaded, description)[0], expected, rtol=0, atol=1e-5)
 
-    report = export_model(description, nemo, tmp_path / "repository")
-    assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3)]
-    assert report.graphs[0].parity.max_abs_diff < 1e-4
+    report = export_model(description, nemo, tmp_path / "repository", runtimes=())
+    exported = [(graph.triton_name, graph.parity.batches) for graph in report.graphs]
+    assert exported == [(name, 3), (f"{name}_language_model", 3), (f"{name}_layers", 3)]
+    assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
+    batch = masked_batch(description)
+    real = batch.compared["log_probs"]
+    expected_log_probs = source_log_probs(original, batch)[real]
+    np.testing.assert_allclose(exported_log_probs(report, batch)[real], expected_log_probs, rtol=0, atol=1e-4)
 
 
-def test_fused_bias_gelu_is_megatrons_tanh_approximation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_fused_bias_gelu_is_megatrons_tanh_approximation_in_the_layers_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """ESM-1nv's layers fuse bias and tanh GELU; its BertLMHead applies torch's erf GELU all the same."""
     description = MODELS["esm1nv"]
     original = hf_model("esm1nv", seed=6)
     nemo = write_nemo(tmp_path / "esm1.nemo", megatron_config("esm1nv"), megatron_state_dict(original))
-    loaded = load_for_export(description, nemo).graphs[GraphRole.ENCODER]
-    monkeypatch.setattr(modeling_esm, "gelu", lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
-    expected, _ = hidden_states(EncoderGraph(original), description)
-    np.testing.assert_allclose(hidden_states(loaded, description)[0], expected, rtol=0, atol=1e-5)
+    loaded = load_for_export(description, nemo).graphs
+    batch = masked_batch(description)
+    with monkeypatch.context() as tanh, torch.inference_mode():
+        tanh.setattr(modeling_esm, "gelu", lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
+        expected, _ = hidden_states(EncoderGraph(original.esm), description)
+        states = original.esm(**tensors(batch)).last_hidden_state
+    np.testing.assert_allclose(hidden_states(loaded[GraphRole.ENCODER], description)[0], expected, rtol=0, atol=1e-5)
+    with torch.inference_mode():
+        expected_log_probs = log_probs(original.lm_head(states))  # transformers' erf GELU again
+    real = batch.compared["log_probs"]
+    np.testing.assert_allclose(loaded_log_probs(loaded, batch)[real], expected_log_probs[real], rtol=0, atol=1e-4)
+
+
+def test_an_untied_output_layer_is_not_read(tmp_path: Path) -> None:
+    """BioNeMo 1.x (NeMo 1.23's BertModel.forward) computes the logits against the word embeddings even where
+    share_embeddings_and_output_weights is false and the archive carries the output layer it never reads."""
+    description = MODELS["esm2nv"]
+    original = hf_model("esm2nv", seed=9)
+    state = megatron_state_dict(original) | {f"{LM}output_layer.weight": torch.randn(PADDED_VOCABULARY, HIDDEN)}
+    config = megatron_config("esm2nv", share_embeddings_and_output_weights=False)
+    loaded = load_for_export(description, write_nemo(tmp_path / "untied.nemo", config, state)).graphs
+    batch = masked_batch(description)
+    real = batch.compared["log_probs"]
+    expected = source_log_probs(original, batch)[real]
+    np.testing.assert_allclose(loaded_log_probs(loaded, batch)[real], expected, rtol=0, atol=1e-4)
+
+
+def test_a_nemo_without_the_head_exports_no_language_model_and_says_why(tmp_path: Path) -> None:
+    original = hf_model("esm2nv", seed=10)
+    nemo = write_nemo(tmp_path / "bare.nemo", megatron_config("esm2nv"), megatron_state_dict(original, head=False))
+    report = export_model(MODELS["esm2nv"], nemo, tmp_path / "repository", runtimes=())
+    assert [graph.triton_name for graph in report.graphs] == ["esm2nv", "esm2nv_layers"]
+    why = "the checkpoint has no language-model head; esm2nv serves no logits, score"
+    assert report.left_out["esm2nv_language_model"] == why
 
 
 @pytest.fixture
@@ -206,11 +284,12 @@ def test_unknown_key_is_named(esm2_weights: dict[str, torch.Tensor], tmp_path: P
         load_for_export(MODELS["esm2nv"], nemo)
 
 
-def test_missing_key_is_named(esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
-    del esm2_weights[f"{LM}encoder.layers.1.mlp.dense_4h_to_h.bias"]
+@pytest.mark.parametrize("key", [f"{LM}encoder.layers.1.mlp.dense_4h_to_h.bias", "model.lm_head.layernorm.bias"])
+def test_missing_key_is_named(key: str, esm2_weights: dict[str, torch.Tensor], tmp_path: Path) -> None:
+    """A layer's key, or one of a head the archive has other keys of."""
+    del esm2_weights[key]
     nemo = write_nemo(tmp_path / "short.nemo", megatron_config("esm2nv"), esm2_weights)
-    key = rf"{LM}encoder\.layers\.1\.mlp\.dense_4h_to_h\.bias"
-    with pytest.raises(CheckpointError, match=rf"short\.nemo: .*missing key '{key}'"):
+    with pytest.raises(CheckpointError, match=rf"short\.nemo: .*missing key '{re.escape(key)}'"):
         load_for_export(MODELS["esm2nv"], nemo)
 
 

@@ -226,7 +226,7 @@ def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
     assert_decoders_agree(loaded.graphs[GraphRole.DECODER], original)
 
     report = export_model(description, nemo, tmp_path / "repository")
-    names = [description.triton_name(role) for role in (GraphRole.ENCODER, GraphRole.DECODER)]
+    names = [description.triton_name(role) for role in (GraphRole.ENCODER, GraphRole.DECODER, GraphRole.LAYERS)]
     assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3) for name in names]
     assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
 
@@ -242,14 +242,15 @@ def test_prott5nv_checkpoint_serves_its_encoder(tmp_path: Path) -> None:
     nemo = write_nemo(tmp_path / "prott5nv.nemo", config, megatron_state_dict(original, 256, ("bias",)), "", artifacts)
 
     loaded = load_for_export(description, nemo)
-    assert list(loaded.graphs) == [GraphRole.ENCODER] and loaded.max_positions == POSITIONS
+    assert list(loaded.graphs) == [GraphRole.ENCODER, GraphRole.LAYERS] and loaded.max_positions == POSITIONS
     expected, _ = hidden_states(EncoderGraph(original.get_encoder()), description)
     encoder = loaded.graphs[GraphRole.ENCODER]
     np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
 
     report = export_model(description, nemo, tmp_path / "repository")
-    assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [("prott5nv", 3)]
-    assert report.graphs[0].parity.max_abs_diff < 1e-4
+    names = ["prott5nv", "prott5nv_layers"]
+    assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3) for name in names]
+    assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
 
 
 @pytest.fixture

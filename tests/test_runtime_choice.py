@@ -90,7 +90,8 @@ def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(reposi
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
     assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in Runtime}  # TorchScript: never chosen
     choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
-    assert choices == {"esm2nv": Runtime(min(choosable, key=choosable.__getitem__))} != {"esm2nv": Runtime.TORCHSCRIPT}
+    assert set(choices) == {"esm2nv", "esm2nv_language_model"}  # timed as the encoder is; the layers run untimed
+    assert choices["esm2nv"] == Runtime(min(choosable, key=choosable.__getitem__)) != Runtime.TORCHSCRIPT
     config = config_of(repository)
     assert config.parameters["runtime"].string_value == choices["esm2nv"].value
     summary = json.loads(config.parameters["runtime_timings"].string_value)
@@ -145,15 +146,17 @@ def test_a_runtime_whose_memory_grew_while_timed_is_not_chosen_however_fast() ->
 def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(repository: Path) -> None:
     measured = choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"]
     forced = next(runtime for runtime in Runtime if runtime is not measured)
-    assert choose_runtimes(repository, {"esm2nv": forced}, ["esm2nv"]) == {"esm2nv": forced}
+    every = {"esm2nv": forced, "esm2nv_language_model": forced}
+    assert choose_runtimes(repository, {"esm2nv": forced}, ["esm2nv"]) == every
     config = config_of(repository)
     assert config.parameters["runtime"].string_value == forced.value
     assert json.loads(config.parameters["runtime_timings"].string_value)["chosen_by"] == "BIONEMO_RUNTIME"
-    assert choose_runtimes(repository, {}, ["esm2nv"]) == {"esm2nv": measured}
+    assert choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"] == measured
 
 
 def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> None:
-    (repository / "esm2nv" / "1" / Runtime.TORCHSCRIPT.file("model")).unlink()
+    for graph in ("esm2nv", "esm2nv_language_model"):
+        (repository / graph / "1" / Runtime.TORCHSCRIPT.file("model")).unlink()
     with pytest.raises(RuntimeChoiceError, match=r"esm2nv cannot run on torchscript here \(esm2nv: not exported"):
         choose_runtimes(repository, {"esm2nv": Runtime.TORCHSCRIPT}, ["esm2nv"])
 

@@ -24,6 +24,18 @@ def test_defaults_serve_every_model_on_loopback() -> None:
     assert settings.serve_arguments() == ["--host", "127.0.0.1", "--port", "3000"]
 
 
+def test_models_load_the_heads_their_local_repository_has(tmp_path: Path) -> None:
+    """esm2nv_language_model exists only where esm2nv's checkpoint had a masked-LM head: Triton is asked to load it
+    there alone (a missing model would leave Triton not ready); a remote repository must hold every graph."""
+    for graph in ("esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts", "esm2nv_layers"):
+        (tmp_path / graph).mkdir()
+    settings = Settings.from_environment({"BIONEMO_MODEL_REPOSITORY": str(tmp_path), "BIONEMO_MODELS": "esm1nv,esm2nv"})
+    assert settings.graphs_of("esm1nv") == ["esm1nv", "esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts"]
+    assert settings.graphs_of("esm2nv") == ["esm2nv", "esm2nv_layers"]
+    remote = Settings.from_environment({"BIONEMO_MODEL_REPOSITORY": "s3://bucket/models", "BIONEMO_MODELS": "esm2nv"})
+    assert remote.graphs_of("esm2nv") == ["esm2nv", "esm2nv_language_model", "esm2nv_layers", "esm2nv_contacts"]
+
+
 def test_every_setting_reaches_its_argument(tmp_path: Path) -> None:
     settings = Settings.from_environment(
         {
@@ -122,8 +134,9 @@ def test_an_admin_token_gives_triton_explicit_model_control_over_every_model() -
     assert settings.triton_arguments() == ["--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"]
     chosen = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_MODELS": "esm2nv"})
     assert chosen.triton_arguments() == [
-        "--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=esm2nv"
-    ]
+        "--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=esm2nv",
+        "--load-model=esm2nv_language_model", "--load-model=esm2nv_layers", "--load-model=esm2nv_contacts",
+    ]  # fmt: skip
     assert ADMIN_TOKEN not in repr(settings)
 
 

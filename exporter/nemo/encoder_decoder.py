@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import torch
 
-from exporter.exportable import MEGAMOLBART_COMMON, EncoderGraph, ExportableModel
+from exporter.exportable import MEGAMOLBART_COMMON, ExportableModel, encoder_graphs, hidden_layers
 from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
 from exporter.nemo.archive import (
     Convert,
@@ -265,8 +265,8 @@ def load_megamolbart(description: ModelDescription, archive: NemoArchive) -> Exp
     if head_bias:
         rules.append(Rule(f"{TOKENS_HEAD}bias", ("final_logits_bias",), _logits_bias(vocabulary)))
     load_renamed(model, archive, rules, frozenset(), frozenset() if head_bias else frozenset({"final_logits_bias"}))
-    graphs = {GraphRole.ENCODER: EncoderGraph(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)}
-    return ExportableModel(graphs, seq2seq_sizes(config), max_positions=config.max_position_embeddings)
+    graphs = {**encoder_graphs(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)}
+    return ExportableModel(graphs, seq2seq_sizes(config) | hidden_layers(config), config.max_position_embeddings)
 
 
 def load_prott5nv(description: ModelDescription, archive: NemoArchive) -> ExportableModel:
@@ -300,5 +300,5 @@ def load_prott5nv(description: ModelDescription, archive: NemoArchive) -> Export
     )
     unused = frozenset({rule.megatron for rule in decoder_rules} | {f"{TOKENS_HEAD}weight", f"{TOKENS_HEAD}bias"})
     load_renamed(encoder, archive, rules, unused, frozenset())
-    sizes = {"hidden_size": config.d_model}
-    return ExportableModel({GraphRole.ENCODER: EncoderGraph(encoder)}, sizes, config.max_position_embeddings)
+    sizes = {"hidden_size": config.d_model, **hidden_layers(config)}
+    return ExportableModel(encoder_graphs(encoder), sizes, config.max_position_embeddings)

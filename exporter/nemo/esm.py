@@ -15,6 +15,14 @@ Sources of the names and layouts:
   `inv_freq` buffer: BioNeMo 1.x bionemo/model/protein/esm1nv/base.py and
   mlp.py (mirrored in ynashed/bionemo-fw-ea), and the ESM-2nv config
   examples/protein/esm2nv/conf/base_config.yaml there.
+- The masked-LM head: NeMo v1.23 (BioNeMo 1.8's, setup/Dockerfile)
+  nemo/collections/nlp/models/language_modeling/megatron/bert_model.py
+  (`BertLMHead`: dense, GELU, layernorm, logits against the weight its caller
+  passes, plus `bias`; `BertModel.forward` passes `word_embeddings_weight()`),
+  and BioNeMo's own HF -> .nemo converter, which names each key
+  (ynashed/bionemo-fw-ea tests/esm2_hf_to_nemo_conversion/convert_hf_esm2_to_nemo.py:
+  `lm_head.layer_norm` <-> `model.lm_head.layernorm`, `lm_head.bias` padded like
+  the word embeddings).
 - The tokenizer files an archive carries: `ESM1nvModel._build_tokenizer`
   (bionemo/model/protein/esm1nv/esm1nv_model.py) registers `tokenizer.model`
   and `tokenizer.vocab_file`. ESM-1nv's configs name a sentencepiece
@@ -24,6 +32,7 @@ Sources of the names and layouts:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -47,23 +56,17 @@ from preprocessing.vocabularies import ESM_ALPHABET
 
 ESM_VOCABULARY_SOURCE = "fair-esm's ESM-1b alphabet (preprocessing/vocabularies.py ESM_ALPHABET)"
 
-# The masked-LM head (BertLMHead) and an untied output layer: the encoder graph serves hidden states, not logits.
-ESM_UNUSED_HEAD_KEYS = frozenset(
-    {
-        "model.lm_head.bias",
-        "model.lm_head.dense.weight",
-        "model.lm_head.dense.bias",
-        "model.lm_head.layernorm.weight",
-        "model.lm_head.layernorm.bias",
-        "model.language_model.output_layer.weight",
-    }
-)
+WORD_EMBEDDINGS = "model.language_model.embedding.word_embeddings.weight"
+LM_HEAD = "model.lm_head."
+# With share_embeddings_and_output_weights false, ESMnvTransformerLanguageModel builds and saves an untied output
+# layer, but NeMo 1.23's BertModel.forward still hands BertLMHead the word embeddings: the layer is never read.
+ESM_UNUSED_KEYS = frozenset({"model.language_model.output_layer.weight"})
 
 
 def _esm_rules(config: Any) -> list[Rule]:
     embedding, vocabulary = "model.language_model.embedding.", config.vocab_size
     rules = [
-        Rule(f"{embedding}word_embeddings.weight", ("embeddings.word_embeddings.weight",), first_rows(vocabulary)),
+        Rule(WORD_EMBEDDINGS, ("embeddings.word_embeddings.weight",), first_rows(vocabulary)),
         Rule("model.language_model.encoder.final_layernorm.weight", ("encoder.emb_layer_norm_after.weight",)),
         Rule("model.language_model.encoder.final_layernorm.bias", ("encoder.emb_layer_norm_after.bias",)),
     ]
@@ -89,6 +92,22 @@ def _esm_rules(config: Any) -> list[Rule]:
         config.num_attention_heads,
         config.num_hidden_layers,
     )
+
+
+def _lm_head_rules(config: Any) -> list[Rule]:
+    """BertLMHead as EsmLMHead. Both apply erf GELU: BertLMHead's `gelu` is torch's unless `openai_gelu`, which
+    `model_provider_func` never passes, or `onnx_safe`, whose erf_gelu divides by 1.41421 instead of sqrt(2) (at
+    most 7.4e-7 apart, float32 rounding); `bias_gelu_fusion` is the layers' alone."""
+    vocabulary = first_rows(config.vocab_size)
+    modules = [
+        Rule(f"{LM_HEAD}{megatron}.{name}", (f"lm_head.{hf}.{name}",))
+        for megatron, hf in {"dense": "dense", "layernorm": "layer_norm"}.items()
+        for name in ("weight", "bias")
+    ]
+    return modules + [
+        Rule(f"{LM_HEAD}bias", ("lm_head.bias",), vocabulary),
+        Rule(WORD_EMBEDDINGS, ("lm_head.decoder.weight",), vocabulary),  # the logits' weight, whatever the config
+    ]
 
 
 class TanhGeluIntermediate(torch.nn.Module):
@@ -146,14 +165,20 @@ def _esm_config(description: ModelDescription, archive: NemoArchive) -> Any:
 
 
 def load_esm(description: ModelDescription, archive: NemoArchive) -> ExportableModel:
-    from transformers import EsmModel
+    """The encoder, and the masked-LM head where the archive has one (any of its keys: then all of them)."""
+    from transformers import EsmForMaskedLM
 
     check_vocabulary(archive, ESM_ALPHABET, ESM_VOCABULARY_SOURCE)
     config = _esm_config(description, archive)
-    model = EsmModel(config, add_pooling_layer=False)
+    masked_lm = EsmForMaskedLM(config)
     if archive.field("bias_gelu_fusion", bool, True):  # Megatron's fused bias-GELU; ESM-2nv turns it off for erf GELU
-        for layer in model.encoder.layer:
+        for layer in masked_lm.esm.encoder.layer:
             layer.intermediate = TanhGeluIntermediate(config)
-    contact_head = frozenset(key for key in model.state_dict() if key.startswith("contact_head."))
-    load_renamed(model, archive, _esm_rules(config), ESM_UNUSED_HEAD_KEYS, contact_head)
-    return encoder_only(model)
+    rules = [replace(rule, huggingface=tuple(f"esm.{key}" for key in rule.huggingface)) for rule in _esm_rules(config)]
+    has_head = any(key.startswith(LM_HEAD) for key in archive.state_dict)
+    if has_head:
+        rules += _lm_head_rules(config)
+    absent = ("esm.contact_head.",) if has_head else ("esm.contact_head.", "lm_head.")  # no .nemo has a contact head
+    untouched = frozenset(key for key in masked_lm.state_dict() if key.startswith(absent))
+    load_renamed(masked_lm, archive, rules, ESM_UNUSED_KEYS, untouched)
+    return encoder_only(masked_lm.esm, masked_lm if has_head else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +32,13 @@ class Embeddings:
     model: ServedModel
     """The model at the version that computed them."""
     vectors: np.ndarray
-    """[batch, dim] float32, in input order."""
+    """[batch, dim] float32, in input order; [batch, layers, dim] with `layers`."""
     truncated: list[int]
     """Indices of the inputs cut to the model's limit, as the request asked."""
     tokens: int
     """Tokens the model read, special tokens included, summed over the inputs (not the batches' padding)."""
+    layers: list[int] | None = None
+    """The layers of `vectors`, where the request named some."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Encoded:
     """Encoder hidden states for a whole request, in input order, padded to its longest input."""
 
     hidden_states: np.ndarray
+    """[batch, tokens, dim]; [batch, layers, tokens, dim] where layers were asked for."""
     attention_mask: np.ndarray
 
 
@@ -67,51 +71,99 @@ class EncoderEngine:
         tokenizer = self.tokenizers[model.name]
         if request.pooling is Pooling.CLS and tokenizer.summary_position is None:
             raise InvalidRequest.at("pooling", f"{model.name} has no <cls> token; use 'mean'")
+        layers = await self.layers(model, request.layers)
         # The graph pools: over the residues (mean), or over <cls> alone, which is that token's state.
         at_cls = request.pooling is Pooling.CLS
         rows = self.tokenize(model, request.sequences, truncate=request.truncate if offers_truncation else None)
-        vectors = np.stack(await self.run_encoder(model, rows, "embeddings", pool_at_summary=at_cls))
+        if layers is None:
+            vectors = np.stack(await self.run_encoder(model, rows, "embeddings", pool_at_summary=at_cls))
+        else:
+            vectors = np.stack(await self.run_layers(model, rows, "layer_embeddings", layers, pool_at_summary=at_cls))
         vectors = l2_normalize(vectors) if request.normalize else vectors
-        return Embeddings(model, vectors, self.truncated(model, request), tokens=sum(len(row) for row in rows))
+        return Embeddings(model, vectors, self.truncated(model, request), sum(len(row) for row in rows), layers)
 
     async def hidden(self, request: HiddenRequest) -> HiddenResponse:
         model = await self.model(request.model, Capability.HIDDEN, request.model_version)
-        encoded = await self.encode(model, request.sequences, truncate=request.truncate)
+        layers = await self.layers(model, request.layers)
+        encoded = await self.encode(model, request.sequences, truncate=request.truncate, layers=layers)
         return HiddenResponse(
             model=model.name,
             model_version=model.version,
-            dim=encoded.hidden_states.shape[2],
+            dim=encoded.hidden_states.shape[-1],
             encoding_format=request.encoding_format,
             dtype=request.dtype,
             hiddens=encode_arrays(encoded.hidden_states, request.encoding_format, request.dtype),
             mask=encoded.attention_mask.tolist(),
+            layers=layers,
             truncated=self.truncated(model, request),
         )
 
+    async def layers(self, model: ServedModel, asked: list[int] | None) -> list[int] | None:
+        """The request's `layers` as non-negative indices (None: it named none); a 422 naming any out of range, or
+        where the model's layers graph is not served."""
+        if asked is None:
+            return None
+        model = await self.model(model.name, Capability.LAYERS, model.version)
+        count = model.sizes["hidden_layers"]
+        problems = [
+            FieldProblem(f"layers[{index}]", f"{model.name} has hidden states 0 (the embedding layer's output) to "
+                         f"{count - 1} (its last layer's), or -{count} to -1 counting from the end; not {layer}")
+            for index, layer in enumerate(asked)
+            if not -count <= layer < count
+        ]  # fmt: skip
+        if problems:
+            raise InvalidRequest(problems)
+        return [layer % count for layer in asked]
+
     async def encode(
-        self, model: ServedModel, sequences: list[str], field: str = "sequences", truncate: bool | None = None
+        self,
+        model: ServedModel,
+        sequences: list[str],
+        field: str = "sequences",
+        truncate: bool | None = None,
+        layers: list[int] | None = None,
     ) -> Encoded:
-        """Every input's hidden states, zero-padded to the longest, with the mask of real tokens."""
+        """Every input's hidden states (of `layers`, else the last), zero-padded to the longest, with the mask of real
+        tokens."""
         rows = self.tokenize(model, sequences, field, truncate)
-        states = await self.run_encoder(model, rows, "hidden_states")
+        if layers is None:
+            states = await self.run_encoder(model, rows, "hidden_states")
+        else:
+            states = await self.run_layers(model, rows, "layer_hidden_states", layers)
         batch = self.tokenizers[model.name].pad(rows)
-        hidden_states = np.zeros(batch.input_ids.shape + states[0].shape[1:], dtype=np.float32)
+        width = batch.input_ids.shape[1]
+        hidden_states = np.zeros((len(rows), *states[0].shape[:-2], width, states[0].shape[-1]), dtype=np.float32)
         for index, (tokens, row) in enumerate(zip(rows, states)):
-            hidden_states[index, : len(tokens)] = row[: len(tokens)]  # the chunk's bucket padding is dropped
+            hidden_states[index, ..., : len(tokens), :] = row[..., : len(tokens), :]  # the bucket padding is dropped
         return Encoded(hidden_states, batch.attention_mask)
 
+    async def run_layers(
+        self, model: ServedModel, rows: list[np.ndarray], output: str, layers: list[int], pool_at_summary: bool = False
+    ) -> list[np.ndarray]:
+        """The layers graph's `output` of `layers` for every row, in input order."""
+        return await self.run_encoder(
+            model, rows, output, pool_at_summary, GraphRole.LAYERS, row_inputs={"layers": np.array(layers)}
+        )
+
     def tokenize(
-        self, model: ServedModel, sequences: list[str], field: str = "sequences", truncate: bool | None = None
+        self,
+        model: ServedModel,
+        sequences: list[str],
+        field: str = "sequences",
+        truncate: bool | None = None,
+        masks: bool = False,
     ) -> list[np.ndarray]:
         """Token ids of every input; every problem is reported at once, under `field`.
 
         `truncate`: the request's choice for inputs over the length limit; None where it has none to make.
+        `masks`: `<mask>` may stand for a residue (a protein model's language-model requests).
         """
         tokenizer = self.tokenizers[model.name]
+        encode = functools.partial(tokenizer.encode, masks=True) if masks else tokenizer.encode
         rows, problems = [], []
         for index, sequence in enumerate(sequences):
             try:
-                rows.append(tokenizer.encode(sequence, index, truncate=bool(truncate)))
+                rows.append(encode(sequence, index, truncate=bool(truncate)))
             except SequenceError as error:
                 hint = ' (or send "truncate": true)' if isinstance(error, SequenceTooLong) and truncate is False else ""
                 problems.append(FieldProblem(f"{field}[{error.index}]", error.message + hint))
@@ -119,26 +171,36 @@ class EncoderEngine:
             raise InvalidRequest(problems)
         return rows
 
-    def truncated(self, model: ServedModel, request: SequencesRequest) -> list[int]:
+    def truncated(self, model: ServedModel, request: SequencesRequest, masks: bool = False) -> list[int]:
         """Which of the request's sequences were cut to the model's limit (it asked for it)."""
         if not request.truncate:
             return []
         tokenizer = self.tokenizers[model.name]
-        return [index for index, sequence in enumerate(request.sequences) if tokenizer.is_over_limit(sequence)]
+        over_limit = functools.partial(tokenizer.is_over_limit, masks=True) if masks else tokenizer.is_over_limit
+        return [index for index, sequence in enumerate(request.sequences) if over_limit(sequence)]
 
     async def run_encoder(
-        self, model: ServedModel, rows: list[np.ndarray], output: str, pool_at_summary: bool = False
+        self,
+        model: ServedModel,
+        rows: list[np.ndarray],
+        output: str,
+        pool_at_summary: bool = False,
+        role: GraphRole = GraphRole.ENCODER,
+        exact_widths: bool = False,
+        row_inputs: dict[str, np.ndarray] | None = None,
     ) -> list[np.ndarray]:
-        """The encoder's `output` for every row, in input order (per-token outputs padded to the row's bucket).
+        """The `output` of the encoder (or another graph of token rows, `role`) for every row, in input order
+        (per-token outputs padded to the row's bucket).
 
         Rows are cut into chunks of one length bucket each, sent concurrently: little
         padding within a request, and concurrent requests share shapes, so Triton's
-        dynamic batcher merges them. `pool_at_summary` pools the embedding at <cls>
-        instead of over the residues.
+        dynamic batcher merges them. `exact_widths` groups rows by their own length instead, for requests of many
+        rows of one length (a score's masked copies). `pool_at_summary` pools the embedding at <cls> instead of
+        over the residues. `row_inputs` are more inputs of the graph, the same for every row.
         """
         tokenizer = self.tokenizers[model.name]
         chunks = bucketed_chunks(
-            [len(row) for row in rows], tokenizer.max_model_tokens, model.graph(GraphRole.ENCODER).max_batch_size
+            [len(row) for row in rows], tokenizer.max_model_tokens, model.graph(role).max_batch_size, exact_widths
         )
 
         async def run(width: int, members: list[int]) -> np.ndarray:
@@ -147,7 +209,8 @@ class EncoderEngine:
             if pool_at_summary:
                 pooling_mask = np.zeros_like(batch.residue_mask)
                 pooling_mask[:, tokenizer.summary_position] = True
-            return await self.infer(model, GraphRole.ENCODER, batch.model_inputs(pooling_mask), output)
+            same = {name: np.repeat(value[None], len(members), axis=0) for name, value in (row_inputs or {}).items()}
+            return await self.infer(model, role, batch.model_inputs(pooling_mask) | same, output)
 
         sent = sum(width * len(members) for width, members in chunks)
         record_encoder_batches(model.name, [len(row) for row in rows], positions_sent=sent)

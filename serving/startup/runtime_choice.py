@@ -143,13 +143,20 @@ def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.ran
 def encoder_batches(
     description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig
 ) -> list[TimedWork]:
-    """The encoder's timing_shapes, asking for the config's first output (what the service asks most)."""
+    """The timing_shapes of a graph of token rows (the encoder, the language model, the layers), asking for the
+    config's first output (what the service asks most) with the inputs the config names; the layers graph for its
+    last layer."""
     rng = np.random.default_rng(0)
     (part,) = graph.onnx_graphs
     output = config.output[0].name
+    inputs = [tensor.name for tensor in config.input]
 
     def batch(feeds: dict[str, np.ndarray]) -> Callable[[Mapping[str, Engine], int], object]:
-        return lambda engines, threads: engines[part.name].run([output], feeds, threads)
+        if "hidden_layers" in config.parameters:
+            last = int(config.parameters["hidden_layers"].string_value) - 1
+            feeds = feeds | {"layers": np.full((len(feeds["input_ids"]), 1), last, dtype=np.int64)}
+        given = {name: feeds[name] for name in inputs}
+        return lambda engines, threads: engines[part.name].run([output], given, threads)
 
     return [
         TimedWork(f"{rows}x{tokens}", batch(feeds_for(description, rows, tokens, rng)))
@@ -305,10 +312,10 @@ def instance_threads(config: model_config_pb2.ModelConfig) -> int:
 
 
 def graph_folders(repository: Path, models: Collection[str]) -> list[ModelFolder]:
-    """Every graph of the catalogued `models` that the repository has a config and a version of."""
+    """Every timed graph of the catalogued `models` that the repository has a config and a version of."""
     folders = []
     for description in (MODELS[name] for name in models):
-        for graph in description.graphs:
+        for graph in (graph for graph in description.graphs if graph.timed):
             folder = ModelFolder(description, graph, repository / description.triton_name(graph.role))
             if folder.config_path.is_file() and any(entry.name.isdigit() for entry in folder.path.iterdir()):
                 folders.append(folder)

@@ -148,6 +148,12 @@ TRITON_OPTIONS = Setting(
     TRITON_OPTIONS_VARIABLE, "", "more tritonserver options: KEY=VALUE items separated by spaces, as --triton-options takes them"
 )
 MAX_SEQUENCES = Setting("BIONEMO_MAX_SEQUENCES_PER_REQUEST", "64", "most sequences or SMILES in one request")
+MAX_SCORE_PASSES = Setting(
+    "BIONEMO_MAX_SCORE_PASSES",
+    "1024",
+    "most model passes one /score request may take (a scan of N residues by masked marginal takes N; pseudo-likelihood "
+    "takes a sequence's length per mutant); past it a 422",
+)
 MAX_BODY = Setting(
     "BIONEMO_MAX_REQUEST_BYTES", "33554432", "largest request body in bytes (32 MiB); a larger one is a 413, unread"
 )
@@ -174,7 +180,8 @@ TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
 `bentoml serve` process that starts tritonserver and every API worker that scrapes it agree."""
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
-    MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME, GRPC_METRICS_PORT, ESM1NV_GRPC_MODEL,
+    MAX_SCORE_PASSES, MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME, GRPC_METRICS_PORT,
+    ESM1NV_GRPC_MODEL,
 )  # fmt: skip
 
 
@@ -190,6 +197,7 @@ class Settings:
     triton_log_verbose: int
     triton_options: tuple[TritonOption, ...]
     max_sequences_per_request: int
+    max_score_passes: int
     max_request_bytes: int
     max_in_flight: int
     request_timeout_s: float
@@ -226,6 +234,7 @@ class Settings:
             triton_log_verbose=read(TRITON_LOG_VERBOSE, lambda raw: _integer(raw, 0), "an integer >= 0"),
             triton_options=read(TRITON_OPTIONS, parse_environment, "KEY=VALUE items"),
             max_sequences_per_request=read(MAX_SEQUENCES, lambda raw: _integer(raw, 1), "a positive integer"),
+            max_score_passes=read(MAX_SCORE_PASSES, lambda raw: _integer(raw, 1), "a positive integer"),
             max_request_bytes=read(MAX_BODY, lambda raw: _integer(raw, 1), "a positive integer"),
             max_in_flight=read(MAX_IN_FLIGHT, lambda raw: _integer(raw, 1), "a positive integer"),
             request_timeout_s=read(REQUEST_TIMEOUT, _positive_seconds, "a positive number of seconds"),
@@ -272,6 +281,17 @@ class Settings:
             name for name, model in MODELS.items() if any(model.triton_name(graph.role) in named for graph in model.graphs)
         )
 
+    def graphs_of(self, name: str) -> list[str]:
+        """The Triton models of catalogued model `name` to load: every required graph, and each optional one (a head)
+        that a local repository has; a remote repository is not listed here, and must hold them all."""
+        description = MODELS[name]
+        local = not self.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES)
+        return [
+            description.triton_name(graph.role)
+            for graph in description.graphs
+            if not (graph.optional and local and not (Path(self.model_repository) / description.triton_name(graph.role)).is_dir())
+        ]
+
     def triton_arguments(self) -> list[str]:
         """tritonserver arguments for the runner's `cli_args` (it adds the repository, port and loopback address)."""
         arguments = ["--allow-metrics=false"]
@@ -287,9 +307,7 @@ class Settings:
         # endpoints); otherwise nothing can make it, not even a process on this host that reaches its loopback port.
         if self.models is not None:
             arguments.append("--model-control-mode=explicit")
-            arguments += [
-                f"--load-model={MODELS[name].triton_name(graph.role)}" for name in self.models for graph in MODELS[name].graphs
-            ]
+            arguments += [f"--load-model={triton_model}" for name in self.models for triton_model in self.graphs_of(name)]
         elif self.admin_token is not None:
             arguments += ["--model-control-mode=explicit", "--load-model=*"]
         return arguments + [option.argument() for option in self.triton_options]

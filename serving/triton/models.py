@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
-from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
+from model_catalog import MODELS, Capability, GraphRole, GraphSpec, ModelDescription
 from serving.protocol import GraphRuntime
 
 
@@ -70,31 +70,41 @@ class TritonGraph:
         return GraphRuntime(triton_model=self.name, runtime=parameters["runtime"].string_value, **timings)
 
     def sizes(self) -> dict[str, int]:
-        """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, as exported."""
+        """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, and those the config
+        records as parameters (model_catalog.GraphSpec.config_sizes), as exported."""
         dims_by_name = {tensor.name: list(tensor.dims) for tensor in self.config.output}
-        return {
+        from_dims = {
             dim: size
             for spec in self.spec.outputs
             for dim, size in zip(spec.dims, dims_by_name[spec.name])
             if isinstance(dim, str)
         }
+        return from_dims | {size: int(self.config.parameters[size].string_value) for size in self.spec.config_sizes}
 
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A catalogued model whose every graph Triton has loaded, at the version a request uses."""
+    """A catalogued model whose every required graph Triton has loaded, at the version a request uses; with the
+    optional graphs (heads) that are loaded at all of its versions."""
 
     description: ModelDescription
     versions: tuple[int, ...]
-    """Every version loaded for all of the model's graphs, oldest first."""
+    """Every version loaded for all of the model's required graphs, oldest first."""
     graphs: dict[GraphRole, TritonGraph]
     sizes: dict[str, int]
     version: int
     """The version requests go to: the newest unless one asks for another."""
+    unserved: dict[GraphRole, str] = field(default_factory=dict)
+    """Why each optional graph that is not in `graphs` is not: what a request for its capabilities is told."""
 
     @property
     def name(self) -> str:
         return self.description.name
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What the loaded graphs can answer."""
+        return frozenset().union(*(graph.spec.capabilities for graph in self.graphs.values()))
 
     def graph(self, role: GraphRole) -> TritonGraph:
         return self.graphs[role]
@@ -104,20 +114,30 @@ class ServedModel:
 
 
 async def discover_models(runner: Any) -> dict[str, ServedModel]:
-    """Every catalogued model whose graphs are all READY in Triton, with the configs Triton loaded.
+    """Every catalogued model whose required graphs are all READY in Triton, with the configs Triton loaded.
 
     `runner` is the bentoml Triton runner; its client methods are tritonclient's (HTTP, asyncio).
     """
+    entries = await runner.get_model_repository_index()
+    index = {entry["name"]: entry for entry in entries}
     ready: dict[str, set[int]] = defaultdict(set)
-    for entry in await runner.get_model_repository_index():
+    for entry in entries:
         if entry.get("state") == "READY":
             ready[entry["name"]].add(int(entry["version"]))
     served = {}
     for description in MODELS.values():
-        names = {graph.role: description.triton_name(graph.role) for graph in description.graphs}
-        versions = tuple(sorted(set.intersection(*(ready.get(name, set()) for name in names.values()))))
+        required = [graph for graph in description.graphs if not graph.optional]
+        versions = tuple(sorted(set.intersection(*(ready[description.triton_name(graph.role)] for graph in required))))
         if not versions:
             continue
+        unserved = {
+            graph.role: why
+            for graph in description.graphs
+            if graph.optional and (why := _why_unserved(description.triton_name(graph.role), versions, index, ready))
+        }
+        names = {
+            graph.role: description.triton_name(graph.role) for graph in description.graphs if graph.role not in unserved
+        }
         configs = await asyncio.gather(*(runner.get_model_config(name) for name in names.values()))
         graphs = {
             role: TritonGraph.from_config(
@@ -127,5 +147,19 @@ async def discover_models(runner: Any) -> dict[str, ServedModel]:
             for role, config in zip(names, configs)
         }
         sizes = {key: value for graph in graphs.values() for key, value in graph.sizes().items()}
-        served[description.name] = ServedModel(description, versions, graphs, sizes, version=versions[-1])
+        served[description.name] = ServedModel(description, versions, graphs, sizes, versions[-1], unserved)
     return served
+
+
+def _why_unserved(name: str, versions: tuple[int, ...], index: dict[str, dict], ready: dict[str, set[int]]) -> str:
+    """Why the optional graph `name` cannot serve every one of `versions`; empty where it can."""
+    if name not in index:
+        return f"its checkpoint has no head for it (the model repository has no {name})"
+    if not ready[name]:
+        entry = index[name]
+        because = f": {entry['reason']}" if entry.get("reason") else ""
+        return f"{name} is not loaded (Triton: {entry.get('state', 'not loaded')}{because})"
+    lacking = sorted(set(versions) - ready[name])
+    if lacking:
+        return f"{name} is not loaded at version {', '.join(map(str, lacking))}"
+    return ""

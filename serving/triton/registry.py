@@ -49,11 +49,12 @@ def select_model(
     if name not in served:
         raise UnknownModel.at("model", f"{name!r} is not served; served models: {', '.join(sorted(served))}")
     model = served[name]
-    if capability not in model.description.capabilities:
-        able = sorted(n for n, m in served.items() if capability in m.description.capabilities)
-        raise CapabilityNotSupported.at(
-            "model", f"{name} cannot {capability.value}; models that can: {', '.join(able) or 'none served'}"
-        )
+    if capability not in model.capabilities:
+        able = ", ".join(sorted(n for n, m in served.items() if capability in m.capabilities)) or "none served"
+        if capability in model.description.capabilities:
+            why = model.unserved[model.description.graph_for(capability).role]
+            raise CapabilityNotSupported.at("model", f"{name} cannot {capability.value}: {why}; models that can: {able}")
+        raise CapabilityNotSupported.at("model", f"{name} cannot {capability.value}; models that can: {able}")
     if version is None:
         return model
     if version not in model.versions:
@@ -141,7 +142,7 @@ class ModelRegistry:
                     version=model.version,
                     versions=list(model.versions),
                     summary=model.description.summary,
-                    capabilities=sorted(c.value for c in model.description.capabilities),
+                    capabilities=sorted(c.value for c in model.capabilities),
                     max_length=model.description.max_length,
                     hidden_size=model.sizes["hidden_size"],
                     tokenizer=model.description.tokenizer.value,
@@ -153,8 +154,7 @@ class ModelRegistry:
 
     async def load(self, description: ModelDescription) -> None:
         """Load (or reload) every graph of the model in Triton; a graph it cannot load is a ModelLoadFailed."""
-        await self._in_repository(description)
-        for name in self._triton_names(description):
+        for name in await self._in_repository(description):
             try:
                 await self.runner.load_model(name)
             except InferenceServerException as error:
@@ -165,17 +165,16 @@ class ModelRegistry:
 
     async def unload(self, description: ModelDescription) -> None:
         """Unload every graph of the model; requests for it are 422s from then on, in every worker."""
-        await self._in_repository(description)
-        for name in self._triton_names(description):
+        for name in await self._in_repository(description):
             with triton_call(name):
                 await self.runner.unload_model(name)
 
-    async def _in_repository(self, description: ModelDescription) -> None:
+    async def _in_repository(self, description: ModelDescription) -> list[str]:
+        """The model's Triton models in the repository: every required one (else an UnknownModel) and the optional
+        ones its checkpoint gave."""
         present = {entry.triton_model for entry in await self.repository()}
-        missing = [name for name in self._triton_names(description) if name not in present]
+        names = {description.triton_name(graph.role): graph.optional for graph in description.graphs}
+        missing = [name for name, optional in names.items() if not optional and name not in present]
         if missing:
             raise UnknownModel.at("model", f"{description.name} is not in the model repository (no {', '.join(missing)})")
-
-    @staticmethod
-    def _triton_names(description: ModelDescription) -> list[str]:
-        return [description.triton_name(graph.role) for graph in description.graphs]
+        return [name for name in names if name in present]

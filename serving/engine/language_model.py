@@ -1,0 +1,204 @@
+"""/logits, /score and /contacts: a protein model's masked-LM log-probabilities, zero-shot variant-effect scores
+from them, and contact maps.
+
+Each runs one of the model's heads (`model_catalog.LANGUAGE_MODEL`, `CONTACTS`) through
+the encoder engine: its tokenizer, its validation and its batching. The masked
+copies a score needs are ordinary rows of one length, sent without bucket
+padding, and Triton's dynamic batcher merges them like any other work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from model_catalog import SCORED_AMINO_ACIDS, Capability, GraphRole
+from serving.engine.encoding import EncoderEngine
+from serving.engine.mutations import Variant, all_substitutions, apply, parse_variants
+from serving.engine.payloads import encode_arrays
+from serving.errors import FieldProblem, InvalidRequest
+from serving.protocol import (
+    ContactsRequest,
+    ContactsResponse,
+    LogitsRequest,
+    LogitsResponse,
+    ScoreRequest,
+    ScoreResponse,
+    ScoringMethod,
+)
+from serving.triton.models import ServedModel
+
+COLUMN = {amino_acid: column for column, amino_acid in enumerate(SCORED_AMINO_ACIDS)}
+
+
+class ProteinLanguageModel:
+    """Log-probabilities, variant scores and contacts; one instance per API worker, over its encoder engine."""
+
+    def __init__(self, engine: EncoderEngine, max_passes: int) -> None:
+        """`max_passes`: most model passes one /score request may take (BIONEMO_MAX_SCORE_PASSES)."""
+        self.engine, self.max_passes = engine, max_passes
+
+    async def logits(self, request: LogitsRequest) -> LogitsResponse:
+        model = await self.engine.model(request.model, Capability.LOGITS, request.model_version)
+        rows = self.engine.tokenize(model, request.sequences, truncate=request.truncate, masks=True)
+        tokenizer = self.engine.tokenizers[model.name]
+        first, after = len(tokenizer.prefix_ids), len(tokenizer.suffix_ids)
+        residues = [
+            log_probs[first : len(row) - after] for row, log_probs in zip(rows, await self.log_probs(model, rows))
+        ]
+        return LogitsResponse(
+            model=model.name,
+            model_version=model.version,
+            encoding_format=request.encoding_format,
+            dtype=request.dtype,
+            log_probs=[encode_arrays(array[None], request.encoding_format, request.dtype)[0] for array in residues],
+            truncated=self.engine.truncated(model, request, masks=True),
+        )
+
+    async def contacts(self, request: ContactsRequest) -> ContactsResponse:
+        model = await self.engine.model(request.model, Capability.CONTACTS, request.model_version)
+        rows = self.engine.tokenize(model, request.sequences, truncate=request.truncate)
+        maps = await self.engine.run_encoder(model, rows, "contacts", role=GraphRole.CONTACTS)
+        tokenizer = self.engine.tokenizers[model.name]
+        specials = len(tokenizer.prefix_ids) + len(tokenizer.suffix_ids)
+        residues = [contacts[: len(row) - specials, : len(row) - specials] for row, contacts in zip(rows, maps)]
+        return ContactsResponse(
+            model=model.name,
+            model_version=model.version,
+            encoding_format=request.encoding_format,
+            dtype=request.dtype,
+            contacts=[encode_arrays(array[None], request.encoding_format, request.dtype)[0] for array in residues],
+            truncated=self.engine.truncated(model, request),
+        )
+
+    async def score(self, request: ScoreRequest) -> ScoreResponse:
+        model = await self.engine.model(request.model, Capability.SCORE, request.model_version)
+        (wild_type,) = self.engine.tokenize(model, [request.sequence], field="sequence")
+        sequence = request.sequence.upper()
+        if request.scan:
+            _require_standard(sequence)
+        variants = all_substitutions(sequence) if request.scan else parse_variants(request.mutations or [], sequence)
+        scorer = _SCORERS[request.method](self, model, sequence, wild_type)
+        passes = scorer.passes(variants)
+        if passes > self.max_passes:
+            raise InvalidRequest.at(
+                "scan" if request.scan else "mutations",
+                f"{request.method.value} needs {passes:,} model passes here; the limit is {self.max_passes:,} per request "
+                "(BIONEMO_MAX_SCORE_PASSES): send fewer variants or a cheaper method",
+            )
+        scores = await scorer.scores(variants)
+        if request.scan:
+            matrix = np.zeros((len(sequence), len(SCORED_AMINO_ACIDS)))
+            for (substitution,), score in zip(variants, scores):
+                matrix[substitution.position, COLUMN[substitution.mutant]] = score
+            scores = matrix
+        return ScoreResponse(
+            model=model.name, model_version=model.version, method=request.method, scores=scores.tolist(), passes=passes
+        )
+
+    async def log_probs(self, model: ServedModel, rows: list[np.ndarray]) -> list[np.ndarray]:
+        """Each row's [tokens, 20] log-probabilities of the scored amino acids, every row at its own length."""
+        results = await self.engine.run_encoder(
+            model, rows, "log_probs", role=GraphRole.LANGUAGE_MODEL, exact_widths=True
+        )
+        return [result[: len(row)] for row, result in zip(rows, results)]
+
+
+def _require_standard(sequence: str) -> None:
+    """A scan scores every residue against its substitutes: each must be one of the 20 amino acids."""
+    problems = [
+        FieldProblem("sequence", f"residue {residue!r} at position {position + 1} is not one of the 20 amino acids "
+                     f"{SCORED_AMINO_ACIDS}; a scan cannot score it")
+        for position, residue in enumerate(sequence)
+        if residue not in COLUMN
+    ]  # fmt: skip
+    if problems:
+        raise InvalidRequest(problems[:1])
+
+
+class _Scorer:
+    """One scoring method for one wild type: how many passes a set of variants takes, and their scores."""
+
+    def __init__(self, language_model: ProteinLanguageModel, model: ServedModel, sequence: str, wild_type: np.ndarray):
+        self.language_model, self.model, self.sequence, self.wild_type = language_model, model, sequence, wild_type
+        tokenizer = language_model.engine.tokenizers[model.name]
+        self.first, self.mask_id = len(tokenizer.prefix_ids), tokenizer.mask_id
+
+    def passes(self, variants: list[Variant]) -> int:
+        raise NotImplementedError
+
+    async def scores(self, variants: list[Variant]) -> np.ndarray:
+        raise NotImplementedError
+
+    def masked(self, ids: np.ndarray, positions: Iterable[int]) -> np.ndarray:
+        """`ids` with the residues at `positions` (0-based) masked."""
+        copy = ids.copy()
+        copy[[self.first + position for position in positions]] = self.mask_id
+        return copy
+
+    def marginal(self, log_probs: np.ndarray, variant: Variant) -> float:
+        """The sum over the variant's positions of log p(mutant) - log p(wild type), from one pass's log-probs."""
+        return float(
+            sum(
+                log_probs[self.first + s.position, COLUMN[s.mutant]]
+                - log_probs[self.first + s.position, COLUMN[s.wild_type]]
+                for s in variant
+            )
+        )
+
+
+class _MaskedMarginal(_Scorer):
+    """Meier et al. 2021: one pass per distinct set of mutated positions, those positions masked."""
+
+    def passes(self, variants: list[Variant]) -> int:
+        return len(self._position_sets(variants))
+
+    async def scores(self, variants: list[Variant]) -> np.ndarray:
+        sets = self._position_sets(variants)
+        rows = [self.masked(self.wild_type, positions) for positions in sets]
+        by_set = dict(zip(sets, await self.language_model.log_probs(self.model, rows)))
+        return np.array([self.marginal(by_set[tuple(s.position for s in variant)], variant) for variant in variants])
+
+    @staticmethod
+    def _position_sets(variants: list[Variant]) -> list[tuple[int, ...]]:
+        return list(dict.fromkeys(tuple(s.position for s in variant) for variant in variants))
+
+
+class _WildTypeMarginal(_Scorer):
+    """One unmasked pass of the wild type scores every variant."""
+
+    def passes(self, variants: list[Variant]) -> int:
+        return 1
+
+    async def scores(self, variants: list[Variant]) -> np.ndarray:
+        (log_probs,) = await self.language_model.log_probs(self.model, [self.wild_type])
+        return np.array([self.marginal(log_probs, variant) for variant in variants])
+
+
+class _PseudoLikelihood(_Scorer):
+    """The pseudo-log-likelihood (each position masked in turn) of each mutant minus the wild type's."""
+
+    def passes(self, variants: list[Variant]) -> int:
+        return len(self.sequence) * (1 + len(set(variants)))
+
+    async def scores(self, variants: list[Variant]) -> np.ndarray:
+        _require_standard(self.sequence)
+        sequences = list(dict.fromkeys([self.sequence] + [apply(self.sequence, variant) for variant in variants]))
+        encoded = self.language_model.engine.tokenize(self.model, sequences, field="sequence")
+        rows = [self.masked(ids, [position]) for ids in encoded for position in range(len(self.sequence))]
+        log_probs = iter(await self.language_model.log_probs(self.model, rows))
+        pseudo = {}
+        for sequence in sequences:
+            pseudo[sequence] = sum(
+                float(next(log_probs)[self.first + position, COLUMN[residue]])
+                for position, residue in enumerate(sequence)
+            )
+        return np.array([pseudo[apply(self.sequence, variant)] - pseudo[self.sequence] for variant in variants])
+
+
+_SCORERS: dict[ScoringMethod, type[_Scorer]] = {
+    ScoringMethod.MASKED_MARGINAL: _MaskedMarginal,
+    ScoringMethod.WILDTYPE_MARGINAL: _WildTypeMarginal,
+    ScoringMethod.PSEUDO_LIKELIHOOD: _PseudoLikelihood,
+}

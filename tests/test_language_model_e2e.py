@@ -1,0 +1,178 @@
+"""/logits and /score on the real stack, held to transformers' EsmForMaskedLM with the same weights.
+
+The reference (tests/reference.py) runs one sequence at a time without padding,
+masks with transformers' own tokenizer and computes each scoring method in a
+loop of its own; nothing is shared with the service's code path.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+import requests
+from conftest import RunningService
+from reference import AMINO_ACIDS, Substitution, TransformersReference
+
+TOLERANCE = 1e-4
+WILD_TYPE = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIV"
+
+
+def post(service: RunningService, path: str, body: dict[str, object]) -> requests.Response:
+    return requests.post(f"{service.url}{path}", json=body, timeout=300)
+
+
+def answer(service: RunningService, path: str, body: dict[str, object]) -> dict:
+    response = post(service, path, body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def proteins(rng: np.random.Generator, lengths: list[int]) -> list[str]:
+    return ["".join(rng.choice(list(AMINO_ACIDS), size=length)) for length in lengths]
+
+
+def with_masks(sequence: str, positions: list[int]) -> str:
+    return "".join("<mask>" if position in positions else residue for position, residue in enumerate(sequence))
+
+
+def substitutions(variant: str) -> list[Substitution]:
+    """`A23G:K45R` as the reference takes it."""
+    return [(int(part[1:-1]) - 1, part[0], part[-1]) for part in variant.split(":")]
+
+
+@pytest.mark.parametrize("model", ["esm1nv", "esm2nv"])
+def test_log_probs_equal_transformers_on_mixed_lengths_with_and_without_masks(
+    service: RunningService, model: str
+) -> None:
+    rng = np.random.default_rng(29)
+    plain = proteins(rng, [1, 7, 40, 131, 300])
+    # ESM-2's token dropout rescales by the share of masks: one mask, several, and a sequence all masks.
+    sequences = plain + [
+        with_masks(plain[2], [0]),
+        with_masks(plain[3], [5, 6, 60, 130]),
+        with_masks(plain[4], list(range(0, 300, 7))),
+        "<mask>" * 12,
+    ]
+    reply = answer(service, "/logits", {"model": model, "sequences": sequences})
+    assert reply["alphabet"] == AMINO_ACIDS and reply["model"] == model
+    reference = TransformersReference(model)
+    for sequence, log_probs in zip(sequences, reply["log_probs"]):
+        expected = reference.log_probs(sequence)
+        assert np.array(log_probs).shape == expected.shape
+        np.testing.assert_allclose(log_probs, expected, rtol=0, atol=TOLERANCE)
+
+
+def test_log_probs_come_as_base64_float16(service: RunningService) -> None:
+    sequences = ["MKTV<mask>QERL", "ACDE"]
+    reply = answer(service, "/logits", {"sequences": sequences, "encoding_format": "base64", "dtype": "float16"})
+    reference = TransformersReference("esm2nv")
+    for sequence, encoded in zip(sequences, reply["log_probs"]):
+        values = np.frombuffer(base64.b64decode(encoded), dtype="<f2").reshape(-1, len(AMINO_ACIDS))
+        np.testing.assert_allclose(values, reference.log_probs(sequence), rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("model", ["esm1nv", "esm2nv"])
+def test_each_scoring_method_equals_transformers_on_single_and_multi_mutants(
+    service: RunningService, model: str
+) -> None:
+    variants = ["M1A", "K2R", "T3W", "E7D", "L9P:K10E", "S11A:I12V:V13L", "V54G"]
+    reference = TransformersReference(model)
+    expected = {
+        "masked-marginal": [reference.masked_marginal(WILD_TYPE, substitutions(v)) for v in variants],
+        "wildtype-marginal": [reference.wildtype_marginal(WILD_TYPE, substitutions(v)) for v in variants],
+    }
+    short, short_variants = WILD_TYPE[:24], variants[:5]  # pseudo-likelihood: 24 passes per sequence
+    mutant_pll = [
+        reference.pseudo_log_likelihood(_applied(short, substitutions(v))) - reference.pseudo_log_likelihood(short)
+        for v in short_variants
+    ]
+    for method, scores in expected.items():
+        reply = answer(
+            service, "/score", {"model": model, "sequence": WILD_TYPE, "mutations": variants, "method": method}
+        )
+        assert reply["method"] == method
+        np.testing.assert_allclose(reply["scores"], scores, rtol=0, atol=TOLERANCE)
+    body = {"model": model, "sequence": short, "mutations": short_variants, "method": "pseudo-likelihood"}
+    reply = answer(service, "/score", body)
+    assert reply["passes"] == len(short) * (1 + len(short_variants))
+    np.testing.assert_allclose(reply["scores"], mutant_pll, rtol=0, atol=TOLERANCE)
+
+
+def _applied(sequence: str, variant: list[Substitution]) -> str:
+    residues = list(sequence)
+    for position, _, mutant in variant:
+        residues[position] = mutant
+    return "".join(residues)
+
+
+def test_the_scan_matrix_equals_transformers_element_by_element(service: RunningService) -> None:
+    sequence = WILD_TYPE[:30]
+    reply = answer(service, "/score", {"sequence": sequence, "scan": True})
+    matrix = np.array(reply["scores"])
+    assert matrix.shape == (len(sequence), len(AMINO_ACIDS)) and reply["passes"] == len(sequence)
+    reference = TransformersReference("esm2nv")
+    for position, wild_type in enumerate(sequence):
+        log_probs = reference.log_probs(with_masks(sequence, [position]))[position]
+        expected = log_probs - log_probs[AMINO_ACIDS.index(wild_type)]
+        np.testing.assert_allclose(matrix[position], expected, rtol=0, atol=TOLERANCE)
+        assert matrix[position, AMINO_ACIDS.index(wild_type)] == 0
+    unmasked = answer(service, "/score", {"sequence": sequence, "scan": True, "method": "wildtype-marginal"})
+    log_probs = reference.log_probs(sequence)
+    own = log_probs[np.arange(len(sequence)), [AMINO_ACIDS.index(residue) for residue in sequence]]
+    np.testing.assert_allclose(unmasked["scores"], log_probs - own[:, None], rtol=0, atol=TOLERANCE)
+    assert unmasked["passes"] == 1
+
+
+@pytest.mark.parametrize(
+    ("mutation", "message"),
+    [
+        ("A1G", "'A1G': position 1 is M in the sequence, not A"),
+        ("M0A", "'M0A': position 0 is outside the sequence (1 to 54)"),
+        ("V55A", "'V55A': position 55 is outside the sequence (1 to 54)"),
+        ("M1J", "'M1J': 'J' is not one of the 20 amino acids ACDEFGHIKLMNPQRSTVWY"),
+        ("M1", "'M1': 'M1' is not a substitution like A23G"),
+        ("M1A:M1C", "'M1A:M1C': position 1 is substituted twice"),
+        ("M1A:", "'M1A:': '' is not a substitution like A23G"),
+    ],
+)
+def test_a_bad_mutation_is_a_422_naming_it_and_why(service: RunningService, mutation: str, message: str) -> None:
+    response = post(service, "/score", {"sequence": WILD_TYPE, "mutations": ["K2R", mutation]})
+    assert response.status_code == 422, response.text
+    (detail,) = response.json()["error"]["details"]
+    assert detail["field"] == "mutations[1]" and detail["message"].startswith(message), detail
+
+
+def test_score_requests_the_service_cannot_take_are_422s_and_it_stays_healthy(service: RunningService) -> None:
+    long = WILD_TYPE * 6  # 324 residues: a pseudo-likelihood scan is 324 x (1 + 19 x 324) passes
+    refusals = {
+        "body": {"sequence": WILD_TYPE},  # neither mutations nor scan
+        "mutations": {"sequence": WILD_TYPE[:10], "mutations": ["K2R"], "scan": True},  # both
+        "scan": {"sequence": long, "scan": True, "method": "pseudo-likelihood"},
+        "sequence": {"sequence": "MKTXV", "scan": True},
+    }
+    for field, body in refusals.items():
+        response = post(service, "/score", body)
+        assert response.status_code == 422, (field, response.text)
+        details = response.json()["error"]["details"]
+        assert details[0]["field"] in (field, "body"), details
+    scan = post(service, "/score", refusals["scan"]).json()["error"]["details"][0]["message"]
+    assert "needs 1,994,868 model passes here; the limit is 1,024 per request (BIONEMO_MAX_SCORE_PASSES)" in scan
+    assert "'X' at position 4 is not one of the 20 amino acids" in post(service, "/score", refusals["sequence"]).text
+    response = post(service, "/logits", {"sequences": ["MK<mask>", "MK<mas>"]})
+    assert response.status_code == 422 and response.json()["error"]["details"][0]["field"] == "sequences[1]"
+    assert requests.get(f"{service.url}/readyz", timeout=10).status_code == 200
+
+
+def test_models_list_logits_and_score_for_esm_only(service: RunningService) -> None:
+    listed = {
+        m["name"]: set(m["capabilities"]) for m in requests.get(f"{service.url}/models", timeout=30).json()["models"]
+    }
+    assert {"logits", "score"} <= listed["esm1nv"] and {"logits", "score"} <= listed["esm2nv"]
+    assert not {"logits", "score"} & (listed["prott5nv"] | listed["megamolbart"])
+    response = post(service, "/logits", {"model": "prott5nv", "sequences": ["MKTV"]})
+    assert response.status_code == 422
+    assert (
+        response.json()["error"]["details"][0]["message"] == "prott5nv cannot logits; models that can: esm1nv, esm2nv"
+    )
