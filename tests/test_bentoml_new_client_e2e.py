@@ -33,6 +33,10 @@ OPENAI_BAD_REQUEST = pytest.param(
 )
 
 
+ROUTES = {"openai_embeddings": "v1/embeddings"}
+"""Each API's route where it is not the API's name."""
+
+
 class Call(NamedTuple):
     api: str
     route: str
@@ -176,7 +180,7 @@ def test_unknown_arguments_are_refused_before_sending(service: RunningService) -
 def test_bad_input_raises_the_status_and_the_json_error(
     service: RunningService, api: str, body: dict[str, Any], field: str
 ) -> None:
-    route = {"embed": "embed", "hidden": "hidden", "openai_embeddings": "v1/embeddings"}[api]
+    route = ROUTES.get(api, api)
     with sync_client(service) as client:
         with pytest.raises(BentoMLException) as raised:
             getattr(client, api)(**body)
@@ -187,7 +191,7 @@ def test_bad_input_raises_the_status_and_the_json_error(
 def test_bad_input_raises_in_the_async_client_too(
     service: RunningService, api: str, body: dict[str, Any], field: str
 ) -> None:
-    route = {"embed": "embed", "hidden": "hidden", "openai_embeddings": "v1/embeddings"}[api]
+    route = ROUTES.get(api, api)
 
     async def ask() -> None:
         async with bentoml.AsyncHTTPClient(service.url, timeout=TIMEOUT_S) as client:

@@ -20,11 +20,11 @@ import requests
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
 from exporter.triton_backend.runtimes import Runtime
-from model_catalog import MODELS
+from model_catalog import MODELS, GraphRole
 
 TOKEN = secrets.token_hex(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
-BROKEN = ("esm1nv", MODELS["megamolbart"].triton_name(MODELS["megamolbart"].graphs[-1].role))
+BROKEN = ("esm1nv", MODELS["megamolbart"].triton_name(GraphRole.DECODER))
 """An encoder and the stateful decoder (megamolbart_decoder), whose every graph file is garbage."""
 HEALTHY = ("esm2nv", "megamolbart_encoder")
 REASONS = {

@@ -35,9 +35,10 @@ file, DECODER_RUNTIMES)."""
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default export of the models checked, with its timings: a forced runtime is written into these configs."""
+    """The default export of the models checked (their required graphs), with its timings: a forced runtime is written
+    into these configs."""
     root = tmp_path_factory.mktemp("runtimes-e2e")
-    names = [*MODELS_CHECKED, *(MODELS[MOLECULES].triton_name(graph.role) for graph in MODELS[MOLECULES].graphs)]
+    names = [*MODELS_CHECKED, *(MODELS[MOLECULES].triton_name(graph.role) for graph in MODELS[MOLECULES].graphs if not graph.optional)]
     for name in names:
         shutil.copytree(DEFAULT_REPOSITORY / name, root / name)
     return root
@@ -160,11 +161,16 @@ def test_the_decoder_memory_levels_off_over_generations_of_new_shapes(forced: tu
 
 
 def test_the_runtime_served_is_the_one_the_timings_picked(service: RunningService) -> None:
-    """The shared service starts with BIONEMO_RUNTIME unset: each graph, the decoder's too, runs the fastest of its
-    recorded timings."""
+    """The shared service starts with BIONEMO_RUNTIME unset: each timed graph, the decoder's too, runs the fastest of
+    its recorded timings; an untimed one (all layers, contacts: see GraphSpec.timed) runs onnxruntime."""
     for info in requests.get(f"{service.url}/models", timeout=30).json()["models"]:
+        timed = {MODELS[info["name"]].triton_name(spec.role): spec.timed for spec in MODELS[info["name"]].graphs}
         for graph in info["runtimes"]:
             config = DEFAULT_REPOSITORY / graph["triton_model"]
+            if not timed[graph["triton_model"]]:
+                assert (graph["runtime"], graph["chosen_by"]) == ("onnxruntime", "default"), graph
+                assert not (config / "runtime.json").exists()
+                continue
             timings = json.loads((config / "runtime.json").read_text())
             totals = {
                 runtime: sum(times.values())

@@ -48,7 +48,9 @@ def test_this_machine_has_the_cpu_build_of_onnxruntime() -> None:
 def test_every_cpu_config_runs_on_this_onnxruntime() -> None:
     requests = provider_requests(REPOSITORY, Target.CPU)
     assert {request.model for request in requests} == {
-        "esm1nv", "esm2nv", "prott5nv", "megamolbart_encoder", "megamolbart_decoder"
+        "esm1nv", "esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts",
+        "esm2nv", "esm2nv_language_model", "esm2nv_layers", "esm2nv_contacts",
+        "prott5nv", "prott5nv_layers", "megamolbart_encoder", "megamolbart_decoder", "megamolbart_layers",
     }  # fmt: skip
     assert {(request.config, request.provider) for request in requests} == {
         (Path("config.pbtxt"), "CPUExecutionProvider")

@@ -153,15 +153,18 @@ class ModelRegistry:
         )
 
     async def load(self, description: ModelDescription) -> None:
-        """Load (or reload) every graph of the model in Triton; a graph it cannot load is a ModelLoadFailed."""
-        for name in await self._in_repository(description):
-            try:
-                await self.runner.load_model(name)
-            except InferenceServerException as error:
-                self._served = None  # a failed reload leaves the model unloaded
-                raise ModelLoadFailed.at("model", f"Triton could not load {name}: {error.message()}") from None
-            except TRITON_ERRORS as error:
-                raise ModelUnavailable.at("model", f"Triton is not available right now: {error}") from None
+        """Load (or reload) every graph of the model in Triton, all at once (Triton loads them on threads of its own,
+        and an ESM model has four); a graph it cannot load is a ModelLoadFailed."""
+        await asyncio.gather(*(self._load_graph(name) for name in await self._in_repository(description)))
+
+    async def _load_graph(self, name: str) -> None:
+        try:
+            await self.runner.load_model(name)
+        except InferenceServerException as error:
+            self._served = None  # a failed reload leaves the model unloaded
+            raise ModelLoadFailed.at("model", f"Triton could not load {name}: {error.message()}") from None
+        except TRITON_ERRORS as error:
+            raise ModelUnavailable.at("model", f"Triton is not available right now: {error}") from None
 
     async def unload(self, description: ModelDescription) -> None:
         """Unload every graph of the model; requests for it are 422s from then on, in every worker."""
