@@ -93,7 +93,7 @@ async def embed(request: EmbedRequest) -> EmbedResponse:
     return EmbedResponse(
         model=embedded.model.name,
         model_version=embedded.model.version,
-        dim=embedded.vectors.shape[1],
+        dim=embedded.vectors.shape[-1],
         encoding_format=request.encoding_format,
         dtype=request.dtype,
         embeddings=encode_arrays(embedded.vectors, request.encoding_format, request.dtype),

@@ -173,7 +173,8 @@ class LocalScan:
                 for first in range(0, len(copies), COPIES_PER_BATCH)
             ]
         )
-        wild_type = log_probs[np.arange(len(sequence)), copies[0, 1:-1]]
+        residues = np.array(self.tokenizer(sequence)["input_ids"][1:-1])  # not a copy's: each has one residue masked
+        wild_type = log_probs[np.arange(len(sequence)), residues]
         return (log_probs[:, self.columns] - wild_type[:, None]).astype(np.float32)
 
     def warm(self, sequence: str) -> None:

@@ -25,6 +25,7 @@ from tritonclient.grpc import model_config_pb2  # noqa: E402
 from benchmarks.contenders import Contender  # noqa: E402
 from benchmarks.flops import FORMULA, EncoderShape  # noqa: E402
 from benchmarks.measure import Point, Probe  # noqa: E402
+from benchmarks.mutational_scan import ScanRun, lines as scan_lines  # noqa: E402
 from benchmarks.processes import ROOT  # noqa: E402
 from benchmarks.worker_cpu import SAMPLE_INTERVAL_S  # noqa: E402
 from benchmarks.workload import (  # noqa: E402
@@ -59,6 +60,8 @@ class Run:
     contenders: list[Contender]
     points: list[Point]
     probes: dict[str, Probe]
+    scan: ScanRun | None
+    """The deep mutational scan (benchmarks.mutational_scan), where it ran."""
     args: argparse.Namespace
     took_s: float
 
@@ -391,6 +394,24 @@ def plot(run: Run, path: Path) -> None:
     plt.close(figure)
 
 
+def _scan_section(run: Run) -> list[str]:
+    """The deep mutational scan (issue 29), where it ran."""
+    if run.scan is None:
+        return []
+    return [
+        "## Deep mutational scan: /score against transformers and esm-cpp",
+        "",
+        "Every single substitution of one protein per length scored by masked marginal: N masked passes, 19N scores. "
+        "`service`: one POST /score with `scan: true` to the service started alone; `transformers`: "
+        "`EsmForMaskedLM` (sdpa) in this process, the reference every matrix is held against; esm-cpp 0.2.1 from "
+        "PyPI on the same weights (its INT8 path is held to the ranking of the variants, not to the values). "
+        "Reproduce with `python -m benchmarks.mutational_scan --lengths 100 300 --service-url URL`.",
+        "",
+        *scan_lines(run.scan),
+        "",
+    ]
+
+
 def write(path: Path, run: Run) -> None:
     picture = path.with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -399,7 +420,7 @@ def write(path: Path, run: Run) -> None:
     weights_flops = 2 * run.shape.matmul_weights_per_layer * run.shape.layers
     attention_flops = 4 * run.shape.hidden * run.shape.layers
     lines = [
-        "# Benchmarks: /embed against four other ways of serving the same esm2nv weights",
+        "# Benchmarks: /embed against four other ways of serving the same esm2nv weights; the mutational scan",
         "",
         f"Written by `make bench` on {run.facts['date']}; every run replaces this file and `{picture.name}`.",
         "",
@@ -506,5 +527,6 @@ def write(path: Path, run: Run) -> None:
         "",
         *_generate_table(run),
         "",
+        *_scan_section(run),
     ]
     path.write_text("\n".join(lines))

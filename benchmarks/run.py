@@ -10,13 +10,16 @@ each server in turn (contenders of one server share it): start it, warm every
 contender up, run locust headless for every number of users, stop it by PID. A
 contender compared with one of another server (the gRPC front with /embed over
 HTTP) runs with both servers up, in alternating windows with it.
-Then regenerate docs/benchmarks.md and docs/benchmarks.png.
+Then the deep mutational scan of issue 29 (benchmarks.mutational_scan): the service started alone, its /score scan
+of a protein of each --scan-lengths timed beside transformers and esm-cpp. Then regenerate docs/benchmarks.md and
+docs/benchmarks.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import random
 import shlex
@@ -27,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import processes, report
+from benchmarks import mutational_scan, processes, report
 from benchmarks.clients import Embedder
 from benchmarks.contenders import CONTENDERS, Contender
+from benchmarks.contenders.this_service import SERVICE
 from benchmarks.flops import EncoderShape, matmul_gflops
 from benchmarks.measure import Point, Probe, merged, probe, run_point
 from benchmarks.processes import Running, Server
@@ -128,6 +132,23 @@ def measure_at(
     return [merged([window for window in windows if window.contender == c.name]) for c in pair]
 
 
+SCANNING_SERVICE = dataclasses.replace(
+    SERVICE, environment=lambda port: {**SERVICE.environment(port), "BIONEMO_REQUEST_TIMEOUT_S": "3600"}
+)
+"""The service with room for a 1,000-residue scan: 1,000 model passes take minutes on 2 cores, past the default
+deadline (BIONEMO_REQUEST_TIMEOUT_S, 120 s), which would answer a 504."""
+
+
+def measure_scan(lengths: list[int]) -> mutational_scan.ScanRun:
+    """The scans, with the service alone on the machine beside the in-process contenders."""
+    log(f"{SERVICE.name}: starting, for the mutational scan of {', '.join(map(str, lengths))} residues")
+    running = processes.start(SCANNING_SERVICE)
+    try:
+        return mutational_scan.measure(lengths, f"http://127.0.0.1:{running.port}")
+    finally:
+        processes.stop(running)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10, help="measured seconds per point (after the warm-up)")
@@ -137,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", type=int, default=60, help="sequential one-sequence requests per contender")
     parser.add_argument(
         "--contenders", nargs="+", choices=[c.name for c in CONTENDERS], default=[c.name for c in CONTENDERS]
+    )
+    parser.add_argument(
+        "--scan-lengths", type=int, nargs="*", default=[100, 300, 1000], help="residues of each protein scanned"
     )
     parser.add_argument("--out", type=Path, default=report.DEFAULT_REPORT, help="the markdown report")
     args = parser.parse_args(argv)
@@ -156,11 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         members = list(group)
         partners = [c for c in alternating if c.alternates_with in {member.name for member in members}]
         points += measure_server(members, args, shape, partners)
+    scan = measure_scan(args.scan_lengths) if args.scan_lengths else None
 
     command = "python -m benchmarks.run " + shlex.join(argv if argv is not None else sys.argv[1:])
     report.write(
         args.out,
-        report.Run(command, facts, peak, shape, chosen, points, probes, args, time.monotonic() - STARTED),
+        report.Run(command, facts, peak, shape, chosen, points, probes, scan, args, time.monotonic() - STARTED),
     )
     log(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

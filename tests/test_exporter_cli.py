@@ -17,7 +17,7 @@ from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
 from exporter.triton_backend.runtimes import Runtime
-from model_catalog import MODELS, Target
+from model_catalog import MODELS, GraphRole, Target
 from test_exporter import EVERY_RUNTIME_FILE
 
 TINY_ESM2 = replace(
@@ -92,18 +92,19 @@ def test_navigator_missing_is_said_plainly_before_loading(
 
 
 def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tmp_path: Path) -> None:
-    """The real nav.torch.optimize (make install installs it with --no-deps) picks ONNX; the gate checks it again."""
-    tiny = replace(TINY_ESM2, batching=TINY_ESM2.batching.with_max_batch_size(4))
+    """The real nav.torch.optimize (make install installs it with --no-deps) picks ONNX; the gate checks it again.
+    Two of esm2nv's graphs (its encoder and language model; the others would add a minute of Navigator): Navigator
+    keeps a registry of what it optimized, which failed the second graph until the exporter cleared it."""
+    graphs = tuple(graph for graph in TINY_ESM2.graphs if graph.role in {GraphRole.ENCODER, GraphRole.LANGUAGE_MODEL})
+    tiny = replace(TINY_ESM2, batching=TINY_ESM2.batching.with_max_batch_size(4), graphs=graphs)
     report = export_model(tiny, checkpoint, tmp_path, target=Target.CPU, optimizer=Optimizer.NAVIGATOR)
     assert report.format.startswith("ONNX from Triton Model Navigator 0.14")
-    graph, *others = report.graphs  # Navigator optimizes each graph, one after the other, in one process
+    graph, language_model = report.graphs  # Navigator optimizes each graph, one after the other, in one process
+    assert language_model.triton_name == "esm2nv_language_model"
     for each in report.graphs:
         assert each.parity.max_abs_diff < 1e-4 and each.parity.batches == 3
         written = {path.name for path in each.version_dir.iterdir()}
-        # the contacts graph reads attention maps, which onnxruntime's fused attention does not give
-        fused = set() if each.triton_name.endswith("_contacts") else {"model.fused.onnx"}
-        assert written == (EVERY_RUNTIME_FILE - {"model.fused.onnx"}) | fused | {"model.py", "runtimes.py"}
-    assert [each.triton_name for each in others] == ["esm2nv_language_model", "esm2nv_layers", "esm2nv_contacts"]
+        assert written == EVERY_RUNTIME_FILE | {"model.py", "runtimes.py"}
     assert not list(tmp_path.glob(".export-*"))
     # The graph Navigator wrote has the tensors the generated config declares, every variable axis dynamic.
     config = read_config(tmp_path / "esm2nv" / "config.pbtxt")

@@ -44,6 +44,7 @@ def test_every_layer_equals_transformers_output_hidden_states(service: RunningSe
     asked = [-1, 0, -count]
     embedded = answer(service, "/embed", {"model": model, "sequences": sequences, "layers": asked})
     assert embedded["layers"] == [count - 1, 0, 0]
+    assert embedded["dim"] == len(embedded["embeddings"][0][0])  # each vector's length, not the layers'
     residues = reference.residues
     for row, layers in enumerate(expected):
         means = layers[:, residues].mean(axis=1)
