@@ -143,18 +143,14 @@ def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.ran
 def encoder_batches(
     description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig
 ) -> list[TimedWork]:
-    """The timing_shapes of a graph of token rows (the encoder, the language model, the layers), asking for the
-    config's first output (what the service asks most) with the inputs the config names; the layers graph for its
-    last layer."""
+    """The timing_shapes of a timed graph of token rows (the encoder, the language model), asking for the config's
+    first output (what the service asks most) with the inputs the config names."""
     rng = np.random.default_rng(0)
     (part,) = graph.onnx_graphs
     output = config.output[0].name
     inputs = [tensor.name for tensor in config.input]
 
     def batch(feeds: dict[str, np.ndarray]) -> Callable[[Mapping[str, Engine], int], object]:
-        if "hidden_layers" in config.parameters:
-            last = int(config.parameters["hidden_layers"].string_value) - 1
-            feeds = feeds | {"layers": np.full((len(feeds["input_ids"]), 1), last, dtype=np.int64)}
         given = {name: feeds[name] for name in inputs}
         return lambda engines, threads: engines[part.name].run([output], given, threads)
 
