@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,13 @@ import psutil
 import pytest
 
 from tritonserver_setup.provision import provision
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready
+from tritonserver_setup.readiness import (
+    EPHEMERAL_PORTS,
+    LOWEST_CHOSEN_PORT,
+    ReadinessTimeout,
+    free_loopback_port,
+    wait_until_ready,
+)
 
 
 def test_provision_is_idempotent() -> None:
@@ -47,6 +54,18 @@ def test_wait_reports_an_early_exit() -> None:
     with pytest.raises(ReadinessTimeout, match="exited with status 3"):
         wait_until_ready(f"http://127.0.0.1:{free_loopback_port()}/", failing, 30, "tritonserver")
 
+
+
+def test_a_chosen_port_lies_below_the_ephemeral_range_and_is_free() -> None:
+    """Outgoing connections take their local ports from the ephemeral range: a port chosen there for a server that
+    binds it seconds later can be gone by then (a tritonserver of `make test` lost its metrics port so)."""
+    ephemeral_low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    ports = {free_loopback_port() for _ in range(20)}
+    assert all(LOWEST_CHOSEN_PORT <= port < ephemeral_low for port in ports), ports
+    assert len(ports) > 1  # drawn at random: two launches at once rarely meet
+    for port in ports:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", port))
 
 # An installed tritonserver's stand-in: it starts one child that ignores SIGTERM, as the python backend stubs do,
 # then reports its own pid, the child's and its arguments, and sleeps like a server.

@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 class ReadinessTimeout(RuntimeError):
     """A server did not become ready in time, or exited while starting."""
 
 
-def free_loopback_port() -> int:
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_CHOSEN_PORT = 10000
+"""Below it lie the ports other servers are commonly set to (3000, Triton's 8000-8002)."""
+
+
+def free_loopback_port(attempts: int = 100) -> int:
+    """A loopback port free now, for a server that binds it later: drawn below the kernel's ephemeral range.
+
+    A port from that range (what binding port 0 gives) may be taken before the server binds it by any outgoing
+    connection, whose local port the kernel draws from the same range: a tritonserver started by `make test` exited
+    with "failed to start Metrics service: Socket '127.0.0.1:51951' already in use". Where the range leaves no room
+    below it, the kernel's own pick is the fallback.
+    """
+    try:
+        ephemeral_low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768  # Linux's default range starts there
+    for _ in range(attempts if ephemeral_low > LOWEST_CHOSEN_PORT else 0):
+        port = random.randrange(LOWEST_CHOSEN_PORT, ephemeral_low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # in use, or held in TIME_WAIT by an earlier server's connections
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
