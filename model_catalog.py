@@ -220,13 +220,16 @@ SCORED_AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 """The amino acids whose log-probabilities the language-model graph answers, in this order."""
 LANGUAGE_MODEL = GraphSpec(
     GraphRole.LANGUAGE_MODEL,
-    inputs=ENCODER.inputs[:2],
+    inputs=(
+        *ENCODER.inputs[:2],
+        TensorSpec("positions", "TYPE_INT64", (-1,), "the token positions whose log-probabilities the row asks for"),
+    ),
     outputs=(
         TensorSpec(
             "log_probs",
             "TYPE_FP32",
             (-1, len(SCORED_AMINO_ACIDS)),
-            "log-softmax over the whole vocabulary at every position, of the SCORED_AMINO_ACIDS in order",
+            "log-softmax over the whole vocabulary at each position asked, of the SCORED_AMINO_ACIDS in order",
         ),
     ),
     capabilities=frozenset({Capability.LOGITS, Capability.SCORE}),

@@ -28,17 +28,21 @@ def encoder_inputs(description: ModelDescription, lengths: list[int], rng: np.ra
 
 def language_model_inputs(description: ModelDescription, lengths: list[int], rng: np.random.Generator) -> GraphInputs:
     """As `encoder_inputs`, with <mask> at random residues: none in the first row, more in each row after (up to
-    every residue), so that ESM-2's token dropout, which rescales by the share of masks, is held to torch too."""
+    every residue), so that ESM-2's token dropout, which rescales by the share of masks, is held to torch too. Each row
+    asks for POSITIONS_PER_ROW of its real tokens, at random (masked or not), the first row its first and last."""
     tokenizer = tokenizer_for(description)
     batch = encoder_inputs(description, lengths, rng).feeds
     input_ids = batch["input_ids"].copy()
     for row, length in enumerate(lengths):
         masked = rng.choice(length, size=min(row * row, length), replace=False) + len(tokenizer.prefix_ids)
         input_ids[row, masked] = tokenizer.mask_id
-    return GraphInputs(
-        {"input_ids": input_ids, "attention_mask": batch["attention_mask"]},
-        {"log_probs": batch["attention_mask"].astype(bool)},
-    )
+    tokens = batch["attention_mask"].sum(axis=1)
+    positions = np.stack([rng.integers(count, size=POSITIONS_PER_ROW) for count in tokens])
+    positions[0, :2] = [0, tokens[0] - 1]
+    return GraphInputs({"input_ids": input_ids, "attention_mask": batch["attention_mask"], "positions": positions}, {})
+
+
+POSITIONS_PER_ROW = 3
 
 
 def layers_inputs(

@@ -11,6 +11,8 @@ import onnx
 import pytest
 import torch
 from google.protobuf import text_format
+from reference import CHECKPOINTS
+from test_cached_decoder import DECODER_RUNTIMES
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
@@ -23,8 +25,7 @@ from exporter.triton_backend.runtimes import Runtime
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, MODELS, GraphRole, Target
-from reference import CHECKPOINTS
-from test_cached_decoder import DECODER_RUNTIMES
+from preprocessing.vocabularies import ESM_ALPHABET
 
 ESM2 = MODELS["esm2nv"]
 
@@ -187,6 +188,24 @@ def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mas
         np.testing.assert_allclose(mean[row], hidden[row, 1 : 1 + length].mean(axis=0), rtol=0, atol=1e-6)
     np.testing.assert_array_equal(cls.numpy(), hidden[:, 0])
 
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
+def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(name: str, attention: str, tmp_path: Path) -> None:
+    """The graph runs its last layer at the positions asked alone: what it answers there is what EsmForMaskedLM,
+    which runs every layer at every token, answers (learned and rotary positions, padding, <mask>, both attentions)."""
+    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
+    create_default_checkpoint(description, tmp_path, seed=3)
+    graph = load_for_export(description, tmp_path, attention=attention).graphs[GraphRole.LANGUAGE_MODEL]
+    feeds = {name: torch.from_numpy(array) for name, array in trace_inputs(description, GraphRole.LANGUAGE_MODEL, {}).feeds.items()}
+    assert (feeds["input_ids"] == ESM_ALPHABET.index("<mask>")).any() and not feeds["attention_mask"].all()
+    with torch.inference_mode():
+        logits = graph.masked_lm(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).logits
+        expected = torch.log_softmax(logits, dim=-1)[..., graph.amino_acids]
+        at_positions = graph(**feeds)
+    positions = feeds["positions"][:, :, None].expand(-1, -1, expected.shape[-1])
+    np.testing.assert_allclose(at_positions.numpy(), torch.gather(expected, 1, positions).numpy(), rtol=0, atol=1e-5)
 
 def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Path) -> None:
     description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])

@@ -167,8 +167,11 @@ def log_probs(logits: torch.Tensor) -> np.ndarray:
 
 
 def masked_batch(description: ModelDescription) -> GraphInputs:
-    """A padded batch of mixed lengths, its first row without <mask>, the others with more and more."""
-    return language_model_inputs(description, [1, 7, 40, 250], np.random.default_rng(4))
+    """A padded batch of mixed lengths, its first row without <mask>, the others with more and more; every row asks
+    for the log-probabilities of every token, compared at its real ones."""
+    feeds = language_model_inputs(description, [1, 7, 40, 250], np.random.default_rng(4)).feeds
+    every = np.broadcast_to(np.arange(feeds["input_ids"].shape[1]), feeds["input_ids"].shape).copy()
+    return GraphInputs(feeds | {"positions": every}, {"log_probs": feeds["attention_mask"].astype(bool)})
 
 
 def tensors(batch: GraphInputs) -> dict[str, torch.Tensor]:
@@ -176,8 +179,10 @@ def tensors(batch: GraphInputs) -> dict[str, torch.Tensor]:
 
 
 def source_log_probs(original: EsmForMaskedLM, batch: GraphInputs) -> np.ndarray:
+    """transformers' answer at every token (the batch asks for every one)."""
     with torch.inference_mode():
-        return log_probs(original(**tensors(batch)).logits)
+        feeds = tensors(batch)
+        return log_probs(original(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).logits)
 
 
 def loaded_log_probs(graphs: dict[GraphRole, torch.nn.Module], batch: GraphInputs) -> np.ndarray:

@@ -142,7 +142,7 @@ class EncoderEngine:
     ) -> list[np.ndarray]:
         """The layers graph's `output` of `layers` for every row, in input order."""
         return await self.run_encoder(
-            model, rows, output, pool_at_summary, GraphRole.LAYERS, row_inputs={"layers": np.array(layers)}
+            model, rows, output, pool_at_summary, GraphRole.LAYERS, row_inputs={"layers": [np.array(layers)] * len(rows)}
         )
 
     def tokenize(
@@ -187,7 +187,7 @@ class EncoderEngine:
         pool_at_summary: bool = False,
         role: GraphRole = GraphRole.ENCODER,
         exact_widths: bool = False,
-        row_inputs: dict[str, np.ndarray] | None = None,
+        row_inputs: dict[str, list[np.ndarray]] | None = None,
     ) -> list[np.ndarray]:
         """The `output` of the encoder (or another graph of token rows, `role`) for every row, in input order
         (per-token outputs padded to the row's bucket).
@@ -196,7 +196,8 @@ class EncoderEngine:
         padding within a request, and concurrent requests share shapes, so Triton's
         dynamic batcher merges them. `exact_widths` groups rows by their own length instead, for requests of many
         rows of one length (a score's masked copies). `pool_at_summary` pools the embedding at <cls> instead of
-        over the residues. `row_inputs` are more inputs of the graph, the same for every row.
+        over the residues. `row_inputs` are more inputs of the graph, an array per row (of one shape within each
+        chunk).
         """
         tokenizer = self.tokenizers[model.name]
         chunks = bucketed_chunks(
@@ -209,8 +210,8 @@ class EncoderEngine:
             if pool_at_summary:
                 pooling_mask = np.zeros_like(batch.residue_mask)
                 pooling_mask[:, tokenizer.summary_position] = True
-            same = {name: np.repeat(value[None], len(members), axis=0) for name, value in (row_inputs or {}).items()}
-            return await self.infer(model, role, batch.model_inputs(pooling_mask) | same, output)
+            more = {name: np.stack([arrays[index] for index in members]) for name, arrays in (row_inputs or {}).items()}
+            return await self.infer(model, role, batch.model_inputs(pooling_mask) | more, output)
 
         sent = sum(width * len(members) for width, members in chunks)
         record_encoder_batches(model.name, [len(row) for row in rows], positions_sent=sent)

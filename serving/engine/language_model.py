@@ -97,12 +97,27 @@ class ProteinLanguageModel:
             model=model.name, model_version=model.version, method=request.method, scores=scores.tolist(), passes=passes
         )
 
-    async def log_probs(self, model: ServedModel, rows: list[np.ndarray]) -> list[np.ndarray]:
-        """Each row's [tokens, 20] log-probabilities of the scored amino acids, every row at its own length."""
+    async def log_probs(
+        self, model: ServedModel, rows: list[np.ndarray], positions: list[list[int]] | None = None
+    ) -> list[np.ndarray]:
+        """Each row's [positions, 20] log-probabilities of the scored amino acids at its token `positions` (every
+        token, where None), every row at its own length.
+
+        The graph runs its last layer at the positions asked alone: a scan's masked copy asks for one. Rows of one
+        length, which batch together, ask for as many: a row asking for fewer repeats its last.
+        """
+        asked = [list(range(len(row))) for row in rows] if positions is None else positions
+        most: dict[int, int] = {}
+        for row, row_asked in zip(rows, asked):
+            most[len(row)] = max(most.get(len(row), 0), len(row_asked))
+        row_positions = [
+            np.array(row_asked + row_asked[-1:] * (most[len(row)] - len(row_asked))) for row, row_asked in zip(rows, asked)
+        ]
         results = await self.engine.run_encoder(
-            model, rows, "log_probs", role=GraphRole.LANGUAGE_MODEL, exact_widths=True
-        )
-        return [result[: len(row)] for row, result in zip(rows, results)]
+            model, rows, "log_probs", role=GraphRole.LANGUAGE_MODEL, exact_widths=True,
+            row_inputs={"positions": row_positions},
+        )  # fmt: skip
+        return [result[: len(row_asked)] for row_asked, result in zip(asked, results)]
 
 
 def _require_standard(sequence: str) -> None:
@@ -134,18 +149,18 @@ class _Scorer:
     def masked(self, ids: np.ndarray, positions: Iterable[int]) -> np.ndarray:
         """`ids` with the residues at `positions` (0-based) masked."""
         copy = ids.copy()
-        copy[[self.first + position for position in positions]] = self.mask_id
+        copy[self.tokens(positions)] = self.mask_id
         return copy
 
-    def marginal(self, log_probs: np.ndarray, variant: Variant) -> float:
-        """The sum over the variant's positions of log p(mutant) - log p(wild type), from one pass's log-probs."""
-        return float(
-            sum(
-                log_probs[self.first + s.position, COLUMN[s.mutant]]
-                - log_probs[self.first + s.position, COLUMN[s.wild_type]]
-                for s in variant
-            )
-        )
+    def tokens(self, positions: Iterable[int]) -> list[int]:
+        """The token positions of residue `positions` (0-based)."""
+        return [self.first + position for position in positions]
+
+    @staticmethod
+    def marginal(log_probs: np.ndarray, variant: Variant) -> float:
+        """The sum over the variant's positions of log p(mutant) - log p(wild type), from one pass's log-probs at
+        those positions, in the variant's order."""
+        return float(sum(row[COLUMN[s.mutant]] - row[COLUMN[s.wild_type]] for row, s in zip(log_probs, variant)))
 
 
 class _MaskedMarginal(_Scorer):
@@ -157,7 +172,8 @@ class _MaskedMarginal(_Scorer):
     async def scores(self, variants: list[Variant]) -> np.ndarray:
         sets = self._position_sets(variants)
         rows = [self.masked(self.wild_type, positions) for positions in sets]
-        by_set = dict(zip(sets, await self.language_model.log_probs(self.model, rows)))
+        asked = [self.tokens(positions) for positions in sets]
+        by_set = dict(zip(sets, await self.language_model.log_probs(self.model, rows, asked)))
         return np.array([self.marginal(by_set[tuple(s.position for s in variant)], variant) for variant in variants])
 
     @staticmethod
@@ -173,7 +189,7 @@ class _WildTypeMarginal(_Scorer):
 
     async def scores(self, variants: list[Variant]) -> np.ndarray:
         (log_probs,) = await self.language_model.log_probs(self.model, [self.wild_type])
-        return np.array([self.marginal(log_probs, variant) for variant in variants])
+        return np.array([self.marginal(log_probs[self.tokens(s.position for s in variant)], variant) for variant in variants])
 
 
 class _PseudoLikelihood(_Scorer):
@@ -187,13 +203,11 @@ class _PseudoLikelihood(_Scorer):
         sequences = list(dict.fromkeys([self.sequence] + [apply(self.sequence, variant) for variant in variants]))
         encoded = self.language_model.engine.tokenize(self.model, sequences, field="sequence")
         rows = [self.masked(ids, [position]) for ids in encoded for position in range(len(self.sequence))]
-        log_probs = iter(await self.language_model.log_probs(self.model, rows))
+        asked = [self.tokens([position]) for _ in encoded for position in range(len(self.sequence))]
+        log_probs = iter(await self.language_model.log_probs(self.model, rows, asked))
         pseudo = {}
         for sequence in sequences:
-            pseudo[sequence] = sum(
-                float(next(log_probs)[self.first + position, COLUMN[residue]])
-                for position, residue in enumerate(sequence)
-            )
+            pseudo[sequence] = sum(float(next(log_probs)[0, COLUMN[residue]]) for residue in sequence)
         return np.array([pseudo[apply(self.sequence, variant)] - pseudo[self.sequence] for variant in variants])
 
 

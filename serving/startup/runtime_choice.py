@@ -134,10 +134,12 @@ def timing_shapes(description: ModelDescription, config: model_config_pb2.ModelC
 
 
 def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """A batch of random residues (SMILES tokens) of `tokens` with the special tokens, as the service sends it."""
+    """A batch of random residues (SMILES tokens) of `tokens` with the special tokens, as the service sends it; for
+    the language model, each row asks for the log-probabilities of one position, as a scan's masked copies do."""
     tokenizer = tokenizer_for(description)
     content = tokens - (tokenizer.max_model_tokens - description.max_length)
-    return tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)]).model_inputs()
+    batch = tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)])
+    return batch.model_inputs() | {"positions": rng.integers(tokens, size=(rows, 1))}
 
 
 def encoder_batches(
