@@ -227,6 +227,18 @@ def test_launcher_moves_options_into_the_environment_and_builds_bentoml_serve() 
     assert environment["BIONEMO_PORT"] == "3100"
 
 
+@pytest.mark.parametrize("grpc", [[], ["--grpc"]])
+def test_bentomls_deadline_lies_past_the_services_own(grpc: list[str]) -> None:
+    """BentoML cuts a request at its own deadline (60 s by default) with an answer that names no setting: it must
+    come after BIONEMO_REQUEST_TIMEOUT_S, whose 504 says what ran out, whatever the environment's options said."""
+    for timeout, expected in (("120", 150), ("3600", 3630), ("0.5", 30.5)):
+        _, environment = serve_command(
+            [*grpc, "service:svc"],
+            {"BIONEMO_REQUEST_TIMEOUT_S": timeout, "BENTOML_CONFIG_OPTIONS": "api_server.traffic.timeout=60"},
+        )
+        config = BentoMLConfiguration(override_config_values=environment["BENTOML_CONFIG_OPTIONS"]).to_dict()
+        assert config["api_server"]["traffic"]["timeout"] == expected
+
 def test_grpc_launcher_builds_bentoml_serve_grpc_with_the_settings_grpc_configuration() -> None:
     """Same settings and Triton options as `serve`; messages bounded by BIONEMO_MAX_REQUEST_BYTES, reflection on,
     metrics on the API's host, after (so winning over) the BentoML options the environment already had."""
@@ -243,6 +255,7 @@ def test_grpc_launcher_builds_bentoml_serve_grpc_with_the_settings_grpc_configur
     assert environment["BIONEMO_TRITON_OPTIONS"] == "load-model=esm2nv"
     assert environment["BENTOML_CONFIG_OPTIONS"].split() == [
         "api_server.grpc.max_message_length=-1",
+        "api_server.traffic.timeout=150",
         "api_server.grpc.max_message_length=4194304",
         "api_server.grpc.reflection.enabled=true",
         "api_server.grpc.metrics.host=127.0.0.1",

@@ -11,7 +11,7 @@ will use (serving/startup/remote_repository.py); each encoder of a local reposit
 measured fastest on this machine (serving/startup/runtime_choice.py); then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
-settings imply (`Settings.grpc_config_options`) added to BENTOML_CONFIG_OPTIONS, and
+settings imply (`Settings.bentoml_config_options`) added to BENTOML_CONFIG_OPTIONS, and
 grpcio's I/O path chosen (GRPC_SERVER_EXPERIMENTS). Either way, without a tracing
 exporter no request span is made (serving/startup/tracing.py).
 """
@@ -66,9 +66,10 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
         child_environment[ENVIRONMENT_VARIABLE] = render_environment(inherited + options)
     settings = Settings.from_environment(child_environment)
     require_providers(settings.model_repository, settings.target)
-    if grpc:  # the settings' items last: they win over the same keys in the inherited options
-        bentoml_options = [environment.get(BENTOML_CONFIG_OPTIONS, ""), *settings.grpc_config_options()]
-        child_environment[BENTOML_CONFIG_OPTIONS] = " ".join(option for option in bentoml_options if option)
+    # The settings' items last: they win over the same keys in the inherited options.
+    bentoml_options = [environment.get(BENTOML_CONFIG_OPTIONS, ""), *settings.bentoml_config_options(grpc)]
+    child_environment[BENTOML_CONFIG_OPTIONS] = " ".join(option for option in bentoml_options if option)
+    if grpc:
         # BentoML 1.4.39 starts serve-grpc's metrics server without the directory where its API workers write their
         # metrics (every scrape was a 500): it inherits this environment, so it gets the same one from here.
         child_environment.setdefault(PROMETHEUS_DIRECTORY_VARIABLE, prometheus_directory(environment))
