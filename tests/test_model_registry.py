@@ -10,14 +10,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from conftest import DEFAULT_REPOSITORY
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from conftest import DEFAULT_REPOSITORY
 from model_catalog import Capability
-from serving.errors import ModelUnavailable, UnknownModel
-from serving.triton.registry import ModelRegistry
+from serving.errors import DeadlineExceeded, ModelUnavailable, UnknownModel
+from serving.triton.registry import ModelRegistry, triton_call
 
 
 class RepositoryRunner:
@@ -127,3 +127,10 @@ def test_triton_unreachable_is_a_503_and_the_next_request_tries_again() -> None:
         assert set(await registry.served()) == {"esm2nv"}
 
     asyncio.run(scenario())
+
+
+def test_a_triton_call_past_the_clients_limit_is_a_504_that_says_so_not_the_requests_deadline() -> None:
+    """tritonclient's session ends a call after 60 s, queueing included (aiohttp raises TimeoutError)."""
+    with pytest.raises(DeadlineExceeded, match="esm2nv version 1 did not answer one call within 60 s"):
+        with triton_call("esm2nv version 1"):
+            raise TimeoutError

@@ -26,6 +26,12 @@ from serving.triton import inference
 from serving.triton.models import ServedModel
 from serving.triton.registry import ModelRegistry
 
+CHUNKS_IN_FLIGHT = 4
+"""Calls to Triton one request keeps in flight; its other chunks wait their turn here. Triton runs a graph's
+instances (2) at once and queues the rest, and each call ends after 60 s, its wait in that queue included
+(registry.TRITON_CALL_TIMEOUT_S): a 1,000-residue scan sent its 32 chunks at once, and the last ones, minutes back
+in Triton's queue, timed out. Four keep both instances busy and a call's wait short."""
+
 
 @dataclass(frozen=True)
 class Embeddings:
@@ -215,8 +221,14 @@ class EncoderEngine:
 
         sent = sum(width * len(members) for width, members in chunks)
         record_encoder_batches(model.name, [len(row) for row in rows], positions_sent=sent)
+        in_flight = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+        async def run_in_turn(width: int, members: list[int]) -> np.ndarray:
+            async with in_flight:
+                return await run(width, members)
+
         results: list[np.ndarray] = [np.empty(0)] * len(rows)
-        for (_, members), outputs in zip(chunks, await asyncio.gather(*(run(*chunk) for chunk in chunks))):
+        for (_, members), outputs in zip(chunks, await asyncio.gather(*(run_in_turn(*chunk) for chunk in chunks))):
             for index, result in zip(members, outputs):
                 results[index] = result
         return results
