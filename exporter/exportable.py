@@ -87,12 +87,12 @@ class ContactsGraph(torch.nn.Module):
 
 
 class LanguageModelGraph(torch.nn.Module):
-    """(input_ids, attention_mask, positions) -> log_probs [batch, positions, 20]: the language-model graph Triton serves.
+    """(input_ids, attention_mask, positions) -> log_probs [batch, positions, 20]: the language-model graph.
 
     Each row asks for the token positions whose log-probabilities it wants: every token (/logits), or a masked copy's
     masked positions (/score). Every layer but the last runs at every token, as transformers' EsmForMaskedLM does; the
     last runs its queries, and the head, at the positions asked alone (its keys and values at every token): a masked
-    copy of a scan asks for one position of 300, and that cut its pass from 32.5 to 27.9 ms (esm2nv, OpenVINO,
+    copy of a scan asks for one position of 300, and that cut its pass from 32.5 to 28.5 ms (esm2nv, OpenVINO,
     2 threads, AMD EPYC). The log-softmax is over the model's whole vocabulary; only the SCORED_AMINO_ACIDS' columns
     leave the graph, the only ones /logits and /score read (20 of 33 values per token). ESM-2's token dropout, which
     rescales the embeddings by the share of <mask> tokens, is in the traced graph.

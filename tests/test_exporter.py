@@ -192,13 +192,16 @@ def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mas
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
-def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(name: str, attention: str, tmp_path: Path) -> None:
+def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
+    name: str, attention: str, tmp_path: Path
+) -> None:
     """The graph runs its last layer at the positions asked alone: what it answers there is what EsmForMaskedLM,
     which runs every layer at every token, answers (learned and rotary positions, padding, <mask>, both attentions)."""
     description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
     create_default_checkpoint(description, tmp_path, seed=3)
     graph = load_for_export(description, tmp_path, attention=attention).graphs[GraphRole.LANGUAGE_MODEL]
-    feeds = {name: torch.from_numpy(array) for name, array in trace_inputs(description, GraphRole.LANGUAGE_MODEL, {}).feeds.items()}
+    batch = trace_inputs(description, GraphRole.LANGUAGE_MODEL, {})
+    feeds = {name: torch.from_numpy(array) for name, array in batch.feeds.items()}
     assert (feeds["input_ids"] == ESM_ALPHABET.index("<mask>")).any() and not feeds["attention_mask"].all()
     with torch.inference_mode():
         logits = graph.masked_lm(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).logits

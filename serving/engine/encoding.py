@@ -147,9 +147,8 @@ class EncoderEngine:
         self, model: ServedModel, rows: list[np.ndarray], output: str, layers: list[int], pool_at_summary: bool = False
     ) -> list[np.ndarray]:
         """The layers graph's `output` of `layers` for every row, in input order."""
-        return await self.run_encoder(
-            model, rows, output, pool_at_summary, GraphRole.LAYERS, row_inputs={"layers": [np.array(layers)] * len(rows)}
-        )
+        every_row = {"layers": [np.array(layers)] * len(rows)}
+        return await self.run_encoder(model, rows, output, pool_at_summary, GraphRole.LAYERS, row_inputs=every_row)
 
     def tokenize(
         self,

@@ -111,7 +111,8 @@ class ProteinLanguageModel:
         for row, row_asked in zip(rows, asked):
             most[len(row)] = max(most.get(len(row), 0), len(row_asked))
         row_positions = [
-            np.array(row_asked + row_asked[-1:] * (most[len(row)] - len(row_asked))) for row, row_asked in zip(rows, asked)
+            np.array(row_asked + row_asked[-1:] * (most[len(row)] - len(row_asked)))
+            for row, row_asked in zip(rows, asked)
         ]
         results = await self.engine.run_encoder(
             model, rows, "log_probs", role=GraphRole.LANGUAGE_MODEL, exact_widths=True,
@@ -189,7 +190,9 @@ class _WildTypeMarginal(_Scorer):
 
     async def scores(self, variants: list[Variant]) -> np.ndarray:
         (log_probs,) = await self.language_model.log_probs(self.model, [self.wild_type])
-        return np.array([self.marginal(log_probs[self.tokens(s.position for s in variant)], variant) for variant in variants])
+        return np.array(
+            [self.marginal(log_probs[self.tokens(s.position for s in variant)], variant) for variant in variants]
+        )
 
 
 class _PseudoLikelihood(_Scorer):

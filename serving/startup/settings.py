@@ -167,7 +167,12 @@ ADMIN_TOKEN = Setting(
     "characters, e.g. `openssl rand -hex 32`; unset: no admin endpoints",
     secret=True,
 )
-REQUEST_TIMEOUT = Setting("BIONEMO_REQUEST_TIMEOUT_S", "120", "seconds a request may take; past it a 504, its work cancelled (BentoML's own deadline, api_server.traffic.timeout, is set 30 s later)")
+REQUEST_TIMEOUT = Setting(
+    "BIONEMO_REQUEST_TIMEOUT_S",
+    "120",
+    "seconds a request may take; past it a 504, its work cancelled (BentoML's own deadline, "
+    "api_server.traffic.timeout, is set 30 s later)",
+)
 RUNTIME = Setting(
     "BIONEMO_RUNTIME",
     "auto",
@@ -187,6 +192,7 @@ ALL_SETTINGS = (
 
 BENTOML_DEADLINE_MARGIN_S = 30
 """How long after this service's own deadline BentoML's cuts a request: time for the 504 to be written."""
+
 
 @dataclass(frozen=True)
 class Settings:
