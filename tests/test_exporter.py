@@ -11,8 +11,6 @@ import onnx
 import pytest
 import torch
 from google.protobuf import text_format
-from reference import CHECKPOINTS
-from test_cached_decoder import DECODER_RUNTIMES
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
@@ -26,6 +24,8 @@ from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, MODELS, GraphRole, Target
 from preprocessing.vocabularies import ESM_ALPHABET
+from reference import CHECKPOINTS
+from test_cached_decoder import DECODER_RUNTIMES
 
 ESM2 = MODELS["esm2nv"]
 
@@ -189,7 +189,6 @@ def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mas
     np.testing.assert_array_equal(cls.numpy(), hidden[:, 0])
 
 
-
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
 def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
@@ -201,7 +200,7 @@ def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
     create_default_checkpoint(description, tmp_path, seed=3)
     graph = load_for_export(description, tmp_path, attention=attention).graphs[GraphRole.LANGUAGE_MODEL]
     batch = trace_inputs(description, GraphRole.LANGUAGE_MODEL, {})
-    feeds = {name: torch.from_numpy(array) for name, array in batch.feeds.items()}
+    feeds = {tensor: torch.from_numpy(array) for tensor, array in batch.feeds.items()}
     assert (feeds["input_ids"] == ESM_ALPHABET.index("<mask>")).any() and not feeds["attention_mask"].all()
     with torch.inference_mode():
         logits = graph.masked_lm(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).logits
@@ -209,6 +208,7 @@ def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
         at_positions = graph(**feeds)
     positions = feeds["positions"][:, :, None].expand(-1, -1, expected.shape[-1])
     np.testing.assert_allclose(at_positions.numpy(), torch.gather(expected, 1, positions).numpy(), rtol=0, atol=1e-5)
+
 
 def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Path) -> None:
     description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])

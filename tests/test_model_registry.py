@@ -10,11 +10,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_REPOSITORY
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
+from conftest import DEFAULT_REPOSITORY
 from model_catalog import Capability
 from serving.errors import DeadlineExceeded, ModelUnavailable, UnknownModel
 from serving.triton.registry import ModelRegistry, triton_call

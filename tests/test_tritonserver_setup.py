@@ -55,7 +55,6 @@ def test_wait_reports_an_early_exit() -> None:
         wait_until_ready(f"http://127.0.0.1:{free_loopback_port()}/", failing, 30, "tritonserver")
 
 
-
 def test_a_chosen_port_lies_below_the_ephemeral_range_and_is_free() -> None:
     """Outgoing connections take their local ports from the ephemeral range: a port chosen there for a server that
     binds it seconds later can be gone by then (a tritonserver of `make test` lost its metrics port so)."""
@@ -66,6 +65,7 @@ def test_a_chosen_port_lies_below_the_ephemeral_range_and_is_free() -> None:
     for port in ports:
         with socket.socket() as server:
             server.bind(("127.0.0.1", port))
+
 
 # An installed tritonserver's stand-in: it starts one child that ignores SIGTERM, as the python backend stubs do,
 # then reports its own pid, the child's and its arguments, and sleeps like a server.
