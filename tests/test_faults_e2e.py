@@ -71,6 +71,7 @@ def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_servi
         killed_at = time.monotonic()
         server = tritonserver(own_service)
         stubs = server.children()  # the python backend's, one per model instance
+        regions = {Path(mapped.path) for stub in stubs for mapped in stub.memory_maps() if "/dev/shm/" in mapped.path}
         server.send_signal(signal.SIGKILL)
         readiness = []
         while time.monotonic() - killed_at < RECOVERY_TIMEOUT_S:
@@ -82,6 +83,7 @@ def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_servi
         time.sleep(3)  # and serving again, under the same load
     assert 503 in readiness and readiness[-1] == 200, readiness
     assert stubs and not [stub.pid for stub in stubs if stub.is_running()]  # ended with their server
+    assert regions and not [region for region in regions if region.exists()]  # and their shared memory with them
     statuses = {status for _, status, _, _ in load.outcomes}
     assert statuses <= {200, 503}, load.outcomes  # never a 500, never a dropped connection
     failed = [(path, started - killed_at) for path, status, started, _ in load.outcomes if status == 503]

@@ -126,14 +126,18 @@ def fake_installed_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tu
 
 
 @pytest.fixture
-def supervised(tmp_path: Path, fake_installed_server: tuple[Path, Path]) -> Iterator[SupervisedServer]:
-    """The fake installed server, started through the wrapper that `provision` writes around it."""
+def supervised(
+    request: pytest.FixtureRequest, tmp_path: Path, fake_installed_server: tuple[Path, Path]
+) -> Iterator[SupervisedServer]:
+    """The fake installed server, started through the wrapper that `provision` writes around it, with ARGUMENTS
+    (or the arguments a test's indirect parameter names)."""
     server_path, report = fake_installed_server
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     wrapper_path, origin = provision(bin_dir)
     assert (wrapper_path, origin) == (bin_dir / "tritonserver", f"wrapper around installed {server_path}")
-    wrapper = subprocess.Popen([str(wrapper_path), *ARGUMENTS], start_new_session=True)
+    arguments = getattr(request, "param", ARGUMENTS)
+    wrapper = subprocess.Popen([str(wrapper_path), *arguments], start_new_session=True)
     started: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + WAIT_S
@@ -154,8 +158,38 @@ def supervised(tmp_path: Path, fake_installed_server: tuple[Path, Path]) -> Iter
         wrapper.wait(timeout=WAIT_S)
 
 
-def test_wrapper_passes_its_arguments_through_unchanged(supervised: SupervisedServer) -> None:
-    assert supervised.arguments == ARGUMENTS
+def own_shm_prefix(wrapper: subprocess.Popen) -> str:
+    """The prefix the wrapper gives the python backend's shared-memory regions: one per wrapper."""
+    return f"triton_python_backend_shm_region_{wrapper.pid}_"
+
+
+def test_wrapper_passes_its_arguments_through_unchanged_after_its_shm_prefix(supervised: SupervisedServer) -> None:
+    own_option = f"--backend-config=python,shm-region-prefix-name={own_shm_prefix(supervised.wrapper)}"
+    assert supervised.arguments == [own_option, *ARGUMENTS]
+
+
+USERS_PREFIX = ["--backend-config=python,shm-region-prefix-name=mine_", "--log-verbose=1"]
+
+
+@pytest.mark.parametrize("supervised", [USERS_PREFIX], indirect=True)
+def test_a_prefix_of_the_options_own_replaces_the_wrappers(supervised: SupervisedServer) -> None:
+    assert supervised.arguments == USERS_PREFIX
+
+
+def test_killed_server_leaves_no_shared_memory_region_of_its_stubs(supervised: SupervisedServer) -> None:
+    """A killed server's stubs never remove their regions; the wrapper removes its own, and no other server's."""
+    shm = Path("/dev/shm")
+    own_region = shm / f"{own_shm_prefix(supervised.wrapper)}{supervised.stub.pid}"
+    other_servers_region = shm / f"{own_shm_prefix(supervised.wrapper)[:-1]}0_{supervised.stub.pid}"
+    for region in (own_region, other_servers_region):
+        region.write_bytes(b"\0" * 4096)  # as the stub's shm_open and ftruncate would leave it
+    try:
+        supervised.server.send_signal(signal.SIGKILL)
+        assert supervised.wrapper.wait(timeout=WAIT_S) == 128 + signal.SIGKILL
+        assert not own_region.exists() and other_servers_region.exists()
+    finally:
+        own_region.unlink(missing_ok=True)
+        other_servers_region.unlink(missing_ok=True)
 
 
 def test_killed_installed_server_takes_its_stubs_with_it(supervised: SupervisedServer) -> None:

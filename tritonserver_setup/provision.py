@@ -31,10 +31,14 @@ def _installed_server(target: Path) -> Path | None:
 
 
 def _supervising_wrapper(about: str, environment: list[str], server: list[str]) -> str:
-    """Bash script that runs `server "$@"` and, however the server ends, ends the python backend stubs with it.
+    """Bash script that runs `server "$@"` and, however the server ends, ends the python backend stubs with it
+    and removes their shared-memory regions.
 
     One script for every tritonserver: the stubs (one process per model instance) ignore SIGTERM, so a server
-    killed outright leaves them running, reparented to init, each holding its model's memory.
+    killed outright leaves them running, reparented to init, each holding its model's memory. Each stub's region
+    in /dev/shm (1 MiB or more) is removed only by a stub that ends cleanly: those of a killed server would stay
+    for the life of the host, or of a pod, whose /dev/shm outlives its container's restarts. The wrapper names
+    the regions after itself (unless the options name a prefix of their own) so that it removes its own only.
     """
     environment_lines = "".join(f"{line}\n" for line in environment)
     return f"""#!/usr/bin/env bash
@@ -42,7 +46,12 @@ def _supervising_wrapper(about: str, environment: list[str], server: list[str]) 
 {environment_lines}# tritonserver runs in a process group of its own (job control), so that the python backend stubs
 # it starts end with it however it ends: the stubs of a killed server otherwise live on, each holding a model's memory.
 set -m
-{shlex.join(server)} "$@" &
+shm_prefix="triton_python_backend_shm_region_$$_"
+case "$*" in
+    *shm-region-prefix-name=*) own_prefix=() ;;
+    *) own_prefix=("--backend-config=python,shm-region-prefix-name=$shm_prefix") ;;
+esac
+{shlex.join(server)} "${{own_prefix[@]}}" "$@" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null' TERM INT
 wait "$server"
@@ -52,6 +61,7 @@ while kill -0 "$server" 2>/dev/null; do  # a trapped signal ended the wait, not 
     status=$?
 done
 kill -KILL -- "-$server" 2>/dev/null
+rm -f -- /dev/shm/"$shm_prefix"*
 exit "$status"
 """
 
