@@ -405,7 +405,9 @@ def _scan_section(run: Run) -> list[str]:
         "`service`: one POST /score with `scan: true` to the service started alone; `transformers`: "
         "`EsmForMaskedLM` (sdpa) in this process, the reference every matrix is held against; esm-cpp 0.2.1 from "
         "PyPI on the same weights (its INT8 path is held to the ranking of the variants, not to the values). "
-        "Reproduce with `python -m benchmarks.mutational_scan --lengths 100 300 --service-url URL`.",
+        "Reproduce with `python -m benchmarks.mutational_scan --lengths "
+        f"{' '.join(str(scan.residues) for scan in run.scan.scans)} --service-url URL`, against a service started "
+        "with `BIONEMO_REQUEST_TIMEOUT_S=3600` (a long scan takes minutes on a few cores).",
         "",
         *scan_lines(run.scan),
         "",
