@@ -73,17 +73,56 @@ def hidden_layers(config: Any) -> dict[str, int]:
     return {"hidden_layers": config.num_hidden_layers + 1}
 
 
+def esm_layer_inputs(
+    esm: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None, torch.Tensor | None]:
+    """What each layer of transformers' EsmModel takes, built as its forward builds it: the embeddings' output (ESM-2's
+    token dropout included), the rotary tables (None for ESM-1's learned positions) and the bidirectional mask."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    hidden = esm.embeddings(input_ids=input_ids, attention_mask=attention_mask)
+    rotary = None
+    if esm.rotary_embeddings is not None:
+        rotary = esm.rotary_embeddings(hidden, torch.arange(hidden.shape[1], device=hidden.device)[None])
+    mask = create_bidirectional_mask(config=esm.config, inputs_embeds=hidden, attention_mask=attention_mask)
+    return hidden, rotary, mask
+
+
 class ContactsGraph(torch.nn.Module):
     """(input_ids, attention_mask) -> contacts [batch, tokens - 2, tokens - 2]: transformers' `EsmModel.predict_contacts`
     (every layer's attention maps, symmetrized and APC-corrected, through the logistic contact head; <cls> and
-    <eos> dropped). A padded row's residues get what the row alone gets: padding and <eos> are zeroed first."""
+    <eos> dropped). A padded row's residues get what the row alone gets: padding and <eos> are zeroed first.
+
+    Each layer's maps become its heads' share of the contact logits as soon as the layer has run: symmetrizing and
+    APC act on each map alone and the head is linear in them, so one layer's maps are alive at a time, not every
+    layer's stacked as predict_contacts holds them ([batch, layers, heads, tokens, tokens]). At ESM-2 650M's depth
+    (33 layers, 20 heads) one 1,022-residue row on onnxruntime left 3.5 GB resident so, 11.7 GB stacked
+    (docs/reliability.md: the contacts graph's memory).
+    """
 
     def __init__(self, encoder: torch.nn.Module) -> None:
         super().__init__()
         self.encoder = encoder
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.encoder.predict_contacts(input_ids, attention_mask)
+        from transformers.models.esm.modeling_esm import average_product_correct, symmetrize
+
+        esm, head = self.encoder, self.encoder.contact_head
+        hidden, rotary, mask = esm_layer_inputs(esm, input_ids, attention_mask)
+        counted = (attention_mask * input_ids.ne(head.eos_idx)).to(hidden.dtype)  # padding and <eos> zeroed
+        counted = (counted[:, :, None] * counted[:, None, :])[:, None, 1:-1, 1:-1]  # <cls> and the last token dropped
+        layers = esm.encoder.layer
+        weights = head.regression.weight.view(len(layers), -1)  # channel layer * heads + head, as the head numbers them
+        logits = head.regression.bias if head.regression.bias is not None else 0.0
+        for layer, heads_weights in zip(layers, weights, strict=True):
+            # EsmLayer.forward, keeping the maps its attention returns
+            attended, maps = layer.attention.self(
+                layer.attention.LayerNorm(hidden), attention_mask=mask, position_embeddings=rotary
+            )
+            hidden = layer.feed_forward_chunk(layer.attention.output(attended, hidden))
+            features = average_product_correct(symmetrize(maps[..., 1:-1, 1:-1] * counted))
+            logits = logits + torch.einsum("bhij,h->bij", features, heads_weights)
+        return head.activation(logits)
 
 
 class LanguageModelGraph(torch.nn.Module):
@@ -105,16 +144,11 @@ class LanguageModelGraph(torch.nn.Module):
         self.register_buffer("amino_acids", torch.tensor(amino_acids), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        from transformers.masking_utils import create_bidirectional_mask
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
         from transformers.models.esm.modeling_esm import apply_rotary_pos_emb, eager_attention_forward
 
         esm = self.masked_lm.esm
-        hidden = esm.embeddings(input_ids=input_ids, attention_mask=attention_mask)
-        rotary = None
-        if esm.rotary_embeddings is not None:
-            rotary = esm.rotary_embeddings(hidden, torch.arange(hidden.shape[1], device=hidden.device)[None])
-        mask = create_bidirectional_mask(config=esm.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        hidden, rotary, mask = esm_layer_inputs(esm, input_ids, attention_mask)
         *layers, last = esm.encoder.layer
         for layer in layers:
             hidden = layer(hidden, attention_mask=mask, position_embeddings=rotary)

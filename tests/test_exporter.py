@@ -210,6 +210,21 @@ def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
     np.testing.assert_allclose(at_positions.numpy(), torch.gather(expected, 1, positions).numpy(), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
+def test_contacts_layer_by_layer_are_transformers_predict_contacts(name: str, tmp_path: Path) -> None:
+    """The graph turns each layer's maps into contact logits as the layer runs; predict_contacts stacks them all
+    first: the same contacts (learned and rotary positions, padded rows, <mask>)."""
+    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
+    create_default_checkpoint(description, tmp_path, seed=3)
+    graph = load_for_export(description, tmp_path, attention="eager").graphs[GraphRole.CONTACTS]
+    batch = trace_inputs(description, GraphRole.CONTACTS, {})
+    feeds = {tensor: torch.from_numpy(array) for tensor, array in batch.feeds.items()}
+    assert not feeds["attention_mask"].all()
+    with torch.inference_mode():
+        expected = graph.encoder.predict_contacts(feeds["input_ids"], feeds["attention_mask"])
+        np.testing.assert_allclose(graph(**feeds).numpy(), expected.numpy(), rtol=0, atol=1e-6)
+
+
 def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Path) -> None:
     description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])
     create_default_checkpoint(description, tmp_path / "checkpoint", seed=3)
