@@ -11,7 +11,9 @@ Every user class is one kind of contender of `make bench` (benchmarks/run.py), n
 the same requests to its /v1/embeddings, `TritonEmbedUser`
 calls Triton's esm2nv directly (--host: the tritonserver), `GrpcEmbedUser` the service's gRPC front (--host: its
 address), `PyTritonEmbedUser` the PyTriton server, and
-`GenerateUser` posts /generate to the service. Each user draws its requests from its own fixed seed.
+`GenerateUser` posts /generate to the service, and `HeadsUser` the requests of the graphs beside ESM's encoder
+(/logits, /score, /contacts, /embed with `layers`: the soak's third kind of load). Each user draws its requests
+from its own fixed seed.
 `--bench-results FILE` writes every request's start, latency, size and outcome as JSON when the run stops.
 """
 
@@ -28,7 +30,7 @@ from locust import FastHttpUser, User, constant, events, task
 from locust.env import Environment
 
 from benchmarks.clients import Embedder, GrpcEmbedder, PyTritonEmbedder, TritonEmbedder
-from benchmarks.workload import embed_request, generate_body
+from benchmarks.workload import contacts_body, embed_request, generate_body, layers_body, logits_body, score_body
 
 grpc_gevent.init_gevent()  # grpcio's blocking calls yield to locust's other users instead of holding them all up
 _user_seeds = itertools.count()
@@ -99,6 +101,27 @@ class GenerateUser(SeededUser, FastHttpUser):
     def generate(self) -> None:
         body = generate_body(self.rng)
         self.client.post("/generate", json=body, name="/generate", context={"samples": body["num_samples"]})
+
+
+class HeadsUser(SeededUser, FastHttpUser):
+    """The graphs beside ESM's encoder, each drawn as often: /logits of 1-8 proteins with residues masked, a
+    masked-marginal /score of 1-8 variants of one protein, /contacts of 1-8 proteins, /embed of 1-4 `layers`."""
+
+    @task
+    def logits(self) -> None:
+        self.client.post("/logits", json=logits_body(self.rng), name="/logits")
+
+    @task
+    def score(self) -> None:
+        self.client.post("/score", json=score_body(self.rng), name="/score")
+
+    @task
+    def contacts(self) -> None:
+        self.client.post("/contacts", json=contacts_body(self.rng), name="/contacts")
+
+    @task
+    def layers(self) -> None:
+        self.client.post("/embed", json=layers_body(self.rng), name="/embed with layers")
 
 
 @events.init_command_line_parser.add_listener

@@ -3,7 +3,8 @@
     python -m benchmarks.soak [--seconds 300] [--users 24] [--margin 5] [--runtime RUNTIME] [--out docs/reliability.md]
 
 Starts the service as `make bench` does (with `--runtime`, every graph forced to it, as BIONEMO_RUNTIME does),
-runs locust headless with /embed and /generate users side by side (`EmbedUser`, `GenerateUser`), and samples every
+runs locust headless with /embed, /generate and head-graph (/logits, /score, /contacts, `layers`) users side by side
+(`EmbedUser`, `GenerateUser`, `HeadsUser`), and samples every
 `--sample` seconds the resident memory of the API side (`bentoml serve` and its workers), of tritonserver, and of
 each Triton model instance (its python-backend stub). Memory is flat when, for the API side and for every model
 instance, the median of the last fifth of the run is within `--margin` % of the median of its first fifth, both
@@ -43,6 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- soak: begin -->", "<!-- soak: end -->"
 
+USER_CLASSES = ("EmbedUser", "GenerateUser", "HeadsUser")
+"""locustfile.py's users the soak runs, in equal numbers."""
+
 
 TRITONSERVER = "tritonserver"
 
@@ -79,26 +83,44 @@ def sample_memory(root: psutil.Process, started: float) -> Sample:
     return Sample(time.monotonic() - started, api / 2**20, triton)
 
 
+def special_tokens() -> int:
+    """Tokens a protein of the model has beside its residues (<cls>, <eos>)."""
+    return tokenizer_for(MODELS[MODEL]).max_model_tokens - MAX_RESIDUES
+
+
 def primed_lengths() -> list[int]:
     """A protein length for each of the model's length buckets, its widest: an arena's largest working set is not at
     the longest input (the attention budget's pieces of long rows hold few rows) but at whichever width lets the most
     rows into one piece, which depends on the runtime (esm2nv on fused onnxruntime: 160-224 tokens)."""
     tokens = tokenizer_for(MODELS[MODEL]).max_model_tokens
-    special = tokens - MAX_RESIDUES
-    return sorted({bucket_width(length + special, tokens) - special for length in range(1, MAX_RESIDUES + 1)})
+    return sorted(
+        {bucket_width(length + special_tokens(), tokens) - special_tokens() for length in range(1, MAX_RESIDUES + 1)}
+    )
+
+
+def piece_filling(residues: int, at_most: int) -> int:
+    """Requests of the most proteins of `residues` that fill one attention-budget piece, at most `at_most`: all the
+    contacts graph's single instance has to meet once. More at once would only queue: 8 requests of 8 proteins of
+    1,022 residues are a minute of its work on 2 cores, and the last waited past the Triton call's limit (504)."""
+    rows = max(1, MODELS[MODEL].batching.attention_budget // (residues + special_tokens()) ** 2)
+    return min(at_most, -(-rows // SEQUENCES_PER_REQUEST[1]))
 
 
 def prime(url: str, users: int) -> None:
-    """Send the largest requests the load sends, `users` / 2 at once (the /embed users, then the /generate users):
-    8 proteins of each of primed_lengths(), and the longest seed molecule with the most samples. The many rows of
-    one length reach every instance in merged batches of the most rows."""
-    longest = max(DRUG_SMILES, key=len)
-    embed = [{"sequences": ["M" * length] * SEQUENCES_PER_REQUEST[1], "model": MODEL} for length in primed_lengths()]
-    generate = {"smiles": [longest], "num_samples": SAMPLES_PER_SEED[1], "seed": 0}
-    at_once = max(1, users // 2)
+    """Send the largest requests the load sends, as many at once as users of one kind: 8 proteins of each of
+    primed_lengths() to /embed, /logits (which asks every token), /embed with every layer the load asks and (as many
+    at once as fill a piece: piece_filling) /contacts, then the longest seed molecule with the most samples. The many
+    rows of one length reach every instance in merged batches of the most rows."""
+    at_once = max(1, users // len(USER_CLASSES))
+    largest = []
+    for path, options in (("/embed", {}), ("/logits", {}), ("/embed", {"layers": [0, 1, -2, -1]}), ("/contacts", {})):
+        for length in primed_lengths():
+            proteins = {"sequences": ["M" * length] * SEQUENCES_PER_REQUEST[1], "model": MODEL} | options
+            largest.append((path, proteins, piece_filling(length, at_once) if path == "/contacts" else at_once))
+    generate = {"smiles": [max(DRUG_SMILES, key=len)], "num_samples": SAMPLES_PER_SEED[1], "seed": 0}
     with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
-        for path, body in [*(("/embed", each) for each in embed), ("/generate", generate)]:
-            answers = pool.map(lambda _: requests.post(f"{url}{path}", json=body, timeout=600), range(at_once))
+        for path, body, count in [*largest, ("/generate", generate, at_once)]:
+            answers = pool.map(lambda _: requests.post(f"{url}{path}", json=body, timeout=600), range(count))
             for answer in answers:
                 answer.raise_for_status()
 
@@ -107,15 +129,15 @@ def run_locust(url: str, users: int, seconds: float) -> dict[str, str]:
     """Locust's summary of a headless run: requests and failures per endpoint, from its CSV."""
     prefix = Path(tempfile.mkdtemp(prefix="soak-")) / "soak"
     command = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "EmbedUser", "GenerateUser", "--headless",
-        "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{seconds:g}s", "--host", url,
-        "--stop-timeout", "60", "--csv", str(prefix), "--only-summary", "--loglevel", "ERROR", "--exit-code-on-error", "0",
+        sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), *USER_CLASSES, "--headless", "--users",
+        str(users), "--spawn-rate", str(users), "--run-time", f"{seconds:g}s", "--host", url, "--stop-timeout", "60",
+        "--csv", str(prefix), "--only-summary", "--loglevel", "ERROR", "--exit-code-on-error", "0",
     ]  # fmt: skip
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=seconds + 180)
     lines = (prefix.parent / "soak_stats.csv").read_text().splitlines()
     header = lines[0].split(",")
     rows = [dict(zip(header, line.split(","))) for line in lines[1:]]
-    return {row["Name"]: f'{row["Request Count"]} requests, {row["Failure Count"]} failed' for row in rows} | {
+    return {row["Name"]: f"{row['Request Count']} requests, {row['Failure Count']} failed" for row in rows} | {
         "failures": str(sum(int(row["Failure Count"]) for row in rows if row["Name"] != "Aggregated"))
     }
 
@@ -139,13 +161,15 @@ def memory_row(what: str, values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=300, help="how long the load runs")
-    parser.add_argument("--users", type=int, default=24, help="concurrent users, half /embed and half /generate")
+    parser.add_argument("--users", type=int, default=24, help="concurrent users, a third of each kind")
     parser.add_argument("--sample", type=float, default=5, help="seconds between memory samples")
     parser.add_argument(
         "--warmup", type=float, default=60, help="seconds of load before memory counts (arenas and caches fill)"
     )
     parser.add_argument("--margin", type=float, default=5, help="largest memory growth, %%, still called flat")
-    parser.add_argument("--runtime", choices=[runtime.value for runtime in Runtime], help="every graph on it (BIONEMO_RUNTIME)")
+    parser.add_argument(
+        "--runtime", choices=[runtime.value for runtime in Runtime], help="every graph on it (BIONEMO_RUNTIME)"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
 

@@ -1,4 +1,5 @@
-"""The requests every contender is sent: UniProt-like proteins for /embed, drug-like SMILES for /generate.
+"""The requests every contender is sent: UniProt-like proteins for /embed (and, in the soak, for the head graphs'
+endpoints), drug-like SMILES for /generate.
 
 One seeded `random.Random` per simulated user makes a run repeatable; the
 locustfile, the driver's warm-up and its sequential probe all draw from here.
@@ -16,6 +17,10 @@ MODEL = "esm2nv"
 MAX_RESIDUES = MODELS[MODEL].max_length
 SEQUENCES_PER_REQUEST = (1, 8)
 SAMPLES_PER_SEED = (1, 4)
+VARIANTS_PER_SCORE = (1, 8)
+SUBSTITUTIONS_PER_VARIANT = (1, 3)
+MASKED_SHARE = 0.15
+"""Of a /logits protein's residues, how many are sent as <mask> (as in ESM's masked-language-model training)."""
 
 # Real drug molecules of 20 to 80 characters; each parses with RDKit and tokenizes in MegaMolBART's vocabulary.
 DRUG_SMILES = (
@@ -83,3 +88,37 @@ def generate_body(rng: random.Random) -> dict[str, object]:
         "num_samples": rng.randint(*SAMPLES_PER_SEED),
         "seed": rng.randrange(2**31),
     }
+
+
+def layers_body(rng: random.Random) -> dict[str, object]:
+    """An /embed request for 1-4 hidden-state layers: the first two (0: the embeddings' output) and the last two,
+    counted from the end."""
+    return {**embed_request(rng).body, "layers": rng.sample([0, 1, -2, -1], rng.randint(1, 4))}
+
+
+def contacts_body(rng: random.Random) -> dict[str, object]:
+    """A /contacts request: the proteins of an /embed request."""
+    return embed_request(rng).body
+
+
+def logits_body(rng: random.Random) -> dict[str, object]:
+    """A /logits request: the proteins of an /embed request, about 15 % of their residues masked."""
+    masked = [
+        "".join("<mask>" if rng.random() < MASKED_SHARE else residue for residue in sequence)
+        for sequence in embed_request(rng).sequences
+    ]
+    return {"sequences": masked, "model": MODEL}
+
+
+def score_body(rng: random.Random) -> dict[str, object]:
+    """A masked-marginal /score of one protein: 1-8 variants of 1-3 substitutions each (`A23G:K45R`)."""
+    wild_type = protein(rng)
+    variants = []
+    for _ in range(rng.randint(*VARIANTS_PER_SCORE)):
+        positions = sorted(rng.sample(range(len(wild_type)), rng.randint(*SUBSTITUTIONS_PER_VARIANT)))
+        substitutions = [
+            f"{wild_type[at]}{at + 1}{rng.choice([r for r in STANDARD_RESIDUES if r != wild_type[at]])}"
+            for at in positions
+        ]
+        variants.append(":".join(substitutions))
+    return {"sequence": wild_type, "mutations": variants, "model": MODEL}
