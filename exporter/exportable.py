@@ -96,7 +96,7 @@ class ContactsGraph(torch.nn.Module):
     Each layer's maps become its heads' share of the contact logits as soon as the layer has run: symmetrizing and
     APC act on each map alone and the head is linear in them, so one layer's maps are alive at a time, not every
     layer's stacked as predict_contacts holds them ([batch, layers, heads, tokens, tokens]). At ESM-2 650M's depth
-    (33 layers, 20 heads) one 1,022-residue row on onnxruntime left 3.5 GB resident so, 11.7 GB stacked
+    (33 layers, 20 heads) one 1,022-residue row on onnxruntime left 3.4 GB resident so, 11.7 GB stacked
     (docs/reliability.md: the contacts graph's memory).
     """
 
