@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from exporter.triton_backend.runtimes import Arena
+
 
 class Architecture(str, enum.Enum):
     """Network families the exporter knows how to load and trace."""
@@ -189,6 +191,9 @@ class GraphSpec:
     attention_maps: bool = False
     """Reads the attention probabilities themselves: every runtime's file is converted with eager attention, which
     gives them, where the others are converted with fused attention (sdpa), which does not."""
+    arena: Arena = Arena.KEPT
+    """What onnxruntime's CPU arena keeps between runs: a graph asked for now and then hands it back (SHRUNK), the
+    cached decoder, whose shapes never recur, runs without one (OFF)."""
     backend: Backend = Backend.STATELESS_GRAPH
     parts: tuple[OnnxGraph, ...] = ()
     """The ONNX files a stateful backend chains; a stateless graph is one file with its Triton tensors."""
@@ -253,6 +258,7 @@ DECODER = GraphSpec(
     outputs=(TensorSpec("logits", "TYPE_FP32", (-1, "vocab_size"), "unnormalised scores of each row's next token"),),
     capabilities=frozenset({Capability.DECODE, Capability.GENERATE}),
     backend=Backend.CACHED_DECODER,
+    arena=Arena.OFF,
     parts=(
         OnnxGraph(
             "cross_attention",
@@ -292,6 +298,7 @@ LAYERS = GraphSpec(
     optional=True,
     instances=1,
     timed=False,
+    arena=Arena.SHRUNK,
     config_sizes=("hidden_layers",),
 )
 """Every encoder's hidden states as transformers' output_hidden_states numbers them: the embedding layer's output,
@@ -311,6 +318,7 @@ CONTACTS = GraphSpec(
     optional=True,
     instances=1,
     timed=False,
+    arena=Arena.SHRUNK,
     attention_maps=True,
 )
 PROTEIN_LANGUAGE_MODEL = (ENCODER, LANGUAGE_MODEL, LAYERS, CONTACTS)

@@ -64,6 +64,7 @@ def build_config(
         # onnxruntime's provider in the python backend: TensorRT is left to the native backend's configs.
         provider = "CPUExecutionProvider" if target is Target.CPU else "CUDAExecutionProvider"
         config.parameters["execution_provider"].string_value = provider
+        config.parameters["arena"].string_value = graph.arena.value
     else:
         config.default_model_filename = graph.onnx_graphs[0].file
     if not python_backend:

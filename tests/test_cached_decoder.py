@@ -92,7 +92,7 @@ def write_part(runtime: Runtime, module: torch.nn.Module, part: OnnxGraph, sampl
     """`part` written for `runtime` as the exporter writes it, opened as the backend opens it."""
     path = folder / runtime.file(part.name)
     CONVERTERS.get(runtime, export_onnx)(module, part, sample, path)
-    return open_engine(runtime, path, shapes_recur=False)
+    return open_engine(runtime, path, arena=DECODER.arena)
 
 
 DECODER_RUNTIMES = [runtime for runtime in Runtime if runtime is not Runtime.ONNXRUNTIME_FUSED]

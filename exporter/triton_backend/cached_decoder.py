@@ -38,7 +38,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
+from runtimes import Arena, FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
 
 
 class CacheError(Exception):
@@ -106,11 +106,9 @@ class TritonPythonModel:
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
         runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
-        provider = parameters["execution_provider"]
+        provider, arena = parameters["execution_provider"], Arena(parameters["arena"])
         self.cross_attention, self.step = (
-            open_engine(
-                runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider, shapes_recur=False
-            )
+            open_engine(runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider, arena)
             for part in ("cross_attention", "step")
         )
         # One instance runs every step: with 0, the cores it shares with the encoders busy at the moment.

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import mmap
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -94,13 +95,30 @@ class UnavailableProvider(RuntimeError):
     """The config names an execution provider this onnxruntime lacks: refused, never run elsewhere instead."""
 
 
+class Arena(str, enum.Enum):
+    """What onnxruntime's CPU arena does with the memory a run used (config.pbtxt's `arena`, from model_catalog's
+    graph description; the other runtimes manage their own)."""
+
+    KEPT = "kept"
+    """Kept for the next run: a graph whose shapes recur levels off at its largest working set (run_in_pieces bounds
+    it) and runs fastest. The encoders and the language model, asked for all the time."""
+    SHRUNK = "shrunk"
+    """Its extensions handed back after every run: a graph asked for now and then holds what it works on, not its
+    largest working set for good, and no rarer batch can step it up. In-process over the service's batch shapes,
+    esm2nv's layers graph ended at 356 MiB instead of 720, 5 % slower, and its contacts graph at 928 MiB instead of
+    1,929, 9 % slower; without an arena they ran 23 and 43 % slower (Intel Xeon, docs/reliability.md)."""
+    OFF = "off"
+    """No arena: buffers come from malloc and go back to it (FreedMemory hands them to the system). The cached
+    decoder's steps meet a new shape at nearly every call, and buffers of ever-new sizes fragment an arena."""
+
+
 def open_engine(
-    runtime: Runtime, path: Path, provider: str = "CPUExecutionProvider", shapes_recur: bool = True
+    runtime: Runtime, path: Path, provider: str = "CPUExecutionProvider", arena: Arena = Arena.KEPT
 ) -> Engine:
-    """An engine for the file `path` (`runtime.file(...)`); `provider` is onnxruntime's, where it runs. `shapes_recur`
-    is False for a graph that meets a new input shape at nearly every call (the cached decoder)."""
+    """An engine for the file `path` (`runtime.file(...)`); `provider` is onnxruntime's, where it runs, and `arena`
+    what its CPU arena keeps."""
     if runtime in (Runtime.ONNXRUNTIME, Runtime.ONNXRUNTIME_FUSED):
-        return OnnxRuntimeEngine(path, provider, memory_arena=shapes_recur)
+        return OnnxRuntimeEngine(path, provider, arena)
     if runtime is Runtime.TORCHSCRIPT:
         return TorchScriptEngine(path)
     return OpenVinoEngine(path)
@@ -109,14 +127,12 @@ def open_engine(
 class OnnxRuntimeEngine:
     """onnxruntime fixes a session's threads when it is created: one session per thread count asked for.
 
-    `memory_arena=False` leaves the CPU arena off. The arena keeps every block it extends by, and buffers of ever-new
-    sizes fragment it: MegaMolBART's decoder stub stepped up for as long as it met new shapes (in-process, 200
-    generations of 1-32 rows: 181.2 -> 185.5 MiB, still rising; `make test`'s check in CI: +10.5 % in five rounds).
-    Without it, buffers come from malloc and go back to it (FreedMemory hands them to the system): 137.0 -> 138.4 MiB,
-    47 MiB lower, 3-6 % slower (AMD EPYC, docs/reliability.md). An encoder's shapes recur and its arena levels off at
-    its largest working set (run_in_pieces bounds it), so encoders keep it."""
+    With `Arena.OFF`: MegaMolBART's decoder stub stepped up with its arena for as long as it met new shapes
+    (in-process, 200 generations of 1-32 rows: 181.2 -> 185.5 MiB, still rising; `make test`'s check in CI: +10.5 %
+    in five rounds), and without it held 137.0 -> 138.4 MiB, 47 MiB lower, 3-6 % slower (AMD EPYC,
+    docs/reliability.md)."""
 
-    def __init__(self, path: Path, provider: str, memory_arena: bool = True) -> None:
+    def __init__(self, path: Path, provider: str, arena: Arena = Arena.KEPT) -> None:
         import onnxruntime
 
         if provider not in onnxruntime.get_available_providers():
@@ -124,20 +140,23 @@ class OnnxRuntimeEngine:
                 f"{path}: the config asks for {provider}, which this onnxruntime ({onnxruntime.__version__}) lacks; "
                 f"it has {', '.join(onnxruntime.get_available_providers())}"
             )
-        self.onnxruntime, self.path, self.provider, self.memory_arena = onnxruntime, path, provider, memory_arena
+        self.onnxruntime, self.path, self.provider, self.arena = onnxruntime, path, provider, arena
         self.sessions: dict[int, Any] = {}
+        self.run_options = onnxruntime.RunOptions()
+        if arena is Arena.SHRUNK:
+            self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def session(self, threads: int) -> Any:
         if threads not in self.sessions:
             options = self.onnxruntime.SessionOptions()
             options.intra_op_num_threads = threads
-            options.enable_cpu_mem_arena = self.memory_arena
+            options.enable_cpu_mem_arena = self.arena is not Arena.OFF
             provider = (self.provider, PROVIDER_OPTIONS.get(self.provider, {}))
             self.sessions[threads] = self.onnxruntime.InferenceSession(str(self.path), options, providers=[provider])
         return self.sessions[threads]
 
     def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
-        return self.session(threads).run(outputs, feeds)
+        return self.session(threads).run(outputs, feeds, self.run_options)
 
 
 TORCHSCRIPT_NAMES = "tensor_names.json"
@@ -223,7 +242,9 @@ class OpenVinoEngine:
 
 
 class FreedMemory:
-    """Hands the memory a runtime has freed back to the system, at most once every `interval_s`.
+    """Hands the memory a runtime has freed back to the system after a call, at most once every `interval_s`; a call
+    within the interval sets a hand-back for when it ends, so that what the last calls of a burst freed goes back
+    though no call follows (an idle stub holds what it holds, not its last second's buffers).
 
     A runtime that meets ever-new shapes allocates and frees buffers of ever-new sizes; glibc keeps what is freed in
     its arenas (one per thread that allocated), and a stub's resident memory then rose with every new size, though
@@ -234,14 +255,31 @@ class FreedMemory:
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
         self._next = 0.0
+        self._lock = threading.Lock()
+        self._pending: threading.Timer | None = None
         libc = ctypes.util.find_library("c")
         self._trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
 
     def release(self) -> None:
-        now = time.monotonic()
-        if self._trim is not None and now >= self._next:
-            self._trim(0)
-            self._next = now + self.interval_s
+        if self._trim is None:
+            return
+        with self._lock:
+            wait = self._next - time.monotonic()
+            if wait <= 0:
+                self._hand_back()
+            elif self._pending is None:
+                self._pending = threading.Timer(wait, self._deferred)
+                self._pending.daemon = True
+                self._pending.start()
+
+    def _deferred(self) -> None:
+        with self._lock:
+            self._pending = None
+            self._hand_back()
+
+    def _hand_back(self) -> None:
+        self._trim(0)
+        self._next = time.monotonic() + self.interval_s
 
 
 def thread_allotment(intra_op_threads: int) -> Callable[[], AbstractContextManager[int]]:

@@ -227,7 +227,7 @@ def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_d
     for runtime, paths in files.items():
         try:
             engines[runtime.value] = {
-                part: open_engine(runtime, path, shapes_recur=folder.graph.role is not GraphRole.DECODER)
+                part: open_engine(runtime, path, arena=folder.graph.arena)
                 for part, path in paths.items()
             }
             for _ in range(WARM_UP_RUNS):
