@@ -84,8 +84,9 @@ bench: install models $(BENCH_READY)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
 
 # Not part of `make test`: minutes of mixed /embed, /generate and head-graph (/logits, /score, /contacts, layers)
-# load; figures into docs/reliability.md,
-# exit 1 on a failed request or a model instance's memory growing past the margin. Longer: `make soak SOAK_SECONDS=900`;
+# load in rounds; figures into docs/reliability.md,
+# exit 1 on a failed request or on the settled memory (read after each round) of the API side or a model instance
+# growing past the margin. Longer: `make soak SOAK_SECONDS=900`;
 # every graph on one runtime: `make soak SOAK_RUNTIME=openvino` (onnxruntime, onnxruntime-fused, torchscript, openvino).
 SOAK_SECONDS ?= 300
 SOAK_USERS ?= 24

@@ -1,16 +1,18 @@
 """`make soak`: minutes of mixed traffic at a concurrency that saturates the machine; no failed request, flat memory.
 
-    python -m benchmarks.soak [--seconds 300] [--users 24] [--margin 5] [--runtime RUNTIME] [--out docs/reliability.md]
+    python -m benchmarks.soak [--seconds 300] [--rounds 5] [--users 24] [--margin 5] [--runtime RUNTIME] [--out docs/reliability.md]
 
-Starts the service as `make bench` does (with `--runtime`, every graph forced to it, as BIONEMO_RUNTIME does),
-runs locust headless with /embed, /generate and head-graph (/logits, /score, /contacts, `layers`) users side by side
-(`EmbedUser`, `GenerateUser`, `HeadsUser`), and samples every
-`--sample` seconds the resident memory of the API side (`bentoml serve` and its workers), of tritonserver, and of
-each Triton model instance (its python-backend stub). Memory is flat when, for the API side and for every model
-instance, the median of the last fifth of the run is within `--margin` % of the median of its first fifth, both
-after `--warmup` seconds of load (onnxruntime's arenas and the decoder's cache arrays grow to the shapes they meet,
-then stay); each instance's medians of all five fifths show how its growth went over the run. Writes the figures
-between the markers of `docs/reliability.md`; exits 1 when a request failed or memory grew past the margin.
+Starts the service as `make bench` does (with `--runtime`, every graph forced to it, as BIONEMO_RUNTIME does), sends
+it the largest requests the load can send (`prime`), then runs locust headless with /embed, /generate and head-graph
+(/logits, /score, /contacts, `layers`) users side by side (`EmbedUser`, `GenerateUser`, `HeadsUser`) in `--rounds`
+rounds. After each round, with nothing in flight, it reads the settled resident memory of the API side (`bentoml
+serve` and its workers), of tritonserver and of each Triton model instance (its python-backend stub): memory is flat
+when, for each of them, the last round's is within `--margin` % of the first's. Settled, because under load memory
+moves with what is in flight (an answer of 8 contact maps of 1,022 residues is 8 M floats in the API worker that
+writes it; the decoder holds the caches of every row being decoded): medians under load moved up and down by 5-10 %
+between fifths of a run with no trend, while what a process keeps stays when the load stops. The medians under load
+of every round are reported beside. Writes the figures between the markers of `docs/reliability.md`; exits 1 when a
+request failed or settled memory grew past the margin.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,14 +52,10 @@ USER_CLASSES = ("EmbedUser", "GenerateUser", "HeadsUser")
 
 
 TRITONSERVER = "tritonserver"
-
-
-@dataclass(frozen=True)
-class Sample:
-    seconds: float
-    api_mib: float
-    triton_mib: dict[str, float]
-    """tritonserver's own, and each model instance's (its python-backend stub, by Triton's instance name)."""
+API_SIDE = "API side (bentoml serve, workers)"
+SETTLE_S = 3.0
+"""Seconds from the end of a round to its settled reading: past FreedMemory's interval (1 s), when every stub has
+handed back what its last calls freed."""
 
 
 def triton_part(process: psutil.Process) -> str | None:
@@ -68,19 +67,16 @@ def triton_part(process: psutil.Process) -> str | None:
     return TRITONSERVER if TRITONSERVER in name else None
 
 
-def sample_memory(root: psutil.Process, started: float) -> Sample:
-    """Resident memory of the API side, of tritonserver and of each model instance of the service's tree, now."""
-    api, triton = 0, {}
+def sample_memory(root: psutil.Process) -> dict[str, float]:
+    """Resident memory (MiB) of the API side, of tritonserver and of each model instance of the service's tree, now."""
+    memory = {API_SIDE: 0.0}
     for process in [root, *root.children(recursive=True)]:
         try:
-            rss, part = process.memory_info().rss, triton_part(process)
+            rss, part = process.memory_info().rss, triton_part(process) or API_SIDE
         except psutil.NoSuchProcess:
             continue
-        if part is None:
-            api += rss
-        else:
-            triton[part] = triton.get(part, 0) + rss / 2**20
-    return Sample(time.monotonic() - started, api / 2**20, triton)
+        memory[part] = memory.get(part, 0.0) + rss / 2**20
+    return memory
 
 
 def special_tokens() -> int:
@@ -125,8 +121,9 @@ def prime(url: str, users: int) -> None:
                 answer.raise_for_status()
 
 
-def run_locust(url: str, users: int, seconds: float) -> dict[str, str]:
-    """Locust's summary of a headless run: requests and failures per endpoint, from its CSV."""
+def run_locust(url: str, users: int, seconds: float) -> Counter[tuple[str, str]]:
+    """Requests and failures per endpoint of one headless run, from locust's CSV; it ends once the requests in
+    flight have been answered."""
     prefix = Path(tempfile.mkdtemp(prefix="soak-")) / "soak"
     command = [
         sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), *USER_CLASSES, "--headless", "--users",
@@ -136,94 +133,133 @@ def run_locust(url: str, users: int, seconds: float) -> dict[str, str]:
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=seconds + 180)
     lines = (prefix.parent / "soak_stats.csv").read_text().splitlines()
     header = lines[0].split(",")
-    rows = [dict(zip(header, line.split(","))) for line in lines[1:]]
-    return {row["Name"]: f"{row['Request Count']} requests, {row['Failure Count']} failed" for row in rows} | {
-        "failures": str(sum(int(row["Failure Count"]) for row in rows if row["Name"] != "Aggregated"))
-    }
+    counts: Counter[tuple[str, str]] = Counter()
+    for row in (dict(zip(header, line.split(","))) for line in lines[1:]):
+        counts[row["Name"], "requests"] += int(row["Request Count"])
+        counts[row["Name"], "failed"] += int(row["Failure Count"])
+    return counts
 
 
-def fifths(values: list[float]) -> list[float]:
-    """The medians of each fifth of `values`, in order."""
-    return [float(np.median(part)) for part in np.array_split(np.asarray(values), min(5, len(values)))]
+@dataclass
+class Round:
+    under_load: list[dict[str, float]]
+    """Samples taken while the round's load ran."""
+    settled: dict[str, float]
+    """Read SETTLE_S after the round, with nothing in flight."""
 
 
-def growth(values: list[float]) -> float:
-    """From the first fifth's median to the last's, in %."""
-    medians = fifths(values)
-    return 100 * (medians[-1] - medians[0]) / medians[0]
+def load_round(url: str, users: int, seconds: float, root: psutil.Process, every: float) -> tuple[Round, Counter]:
+    """One round of the load, sampling memory every `every` seconds while it runs, then its settled reading."""
+    under_load: list[dict[str, float]] = []
+    stopping = threading.Event()
+
+    def sample() -> None:
+        while not stopping.wait(every):
+            under_load.append(sample_memory(root))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        counts = run_locust(url, users, seconds)
+    finally:
+        stopping.set()
+        sampler.join()
+    time.sleep(SETTLE_S)
+    return Round(under_load, sample_memory(root)), counts
 
 
-def memory_row(what: str, values: list[float]) -> str:
-    """A report row: the medians of the fifths of one part's RSS, and its growth from the first to the last."""
-    return f"| {what} | {' | '.join(f'{median:.0f}' for median in fifths(values))} | {growth(values):+.1f} % |"
+def growth(first: float, last: float) -> float:
+    """From `first` to `last`, in %."""
+    return 100 * (last - first) / first
+
+
+def memory_rows(parts: list[str], readings: list[dict[str, float]]) -> list[str]:
+    """Report rows: each part's MiB in each reading, and its growth from the first to the last."""
+    rows = []
+    for part in parts:
+        values = [reading.get(part, 0.0) for reading in readings]
+        figures = " | ".join(f"{value:.0f}" for value in values)
+        rows.append(f"| {part} | {figures} | {growth(values[0], values[-1]):+.1f} % |")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=300, help="how long the load runs")
+    parser.add_argument("--seconds", type=float, default=300, help="how long the load runs, all rounds together")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of load, memory read settled after each")
     parser.add_argument("--users", type=int, default=24, help="concurrent users, a third of each kind")
-    parser.add_argument("--sample", type=float, default=5, help="seconds between memory samples")
-    parser.add_argument(
-        "--warmup", type=float, default=60, help="seconds of load before memory counts (arenas and caches fill)"
-    )
-    parser.add_argument("--margin", type=float, default=5, help="largest memory growth, %%, still called flat")
+    parser.add_argument("--sample", type=float, default=5, help="seconds between memory samples under load")
+    parser.add_argument("--margin", type=float, default=5, help="largest settled growth, %%, still called flat")
     parser.add_argument(
         "--runtime", choices=[runtime.value for runtime in Runtime], help="every graph on it (BIONEMO_RUNTIME)"
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds: at least 2, the first and the last compared")
 
     service = SERVICE
     if args.runtime is not None:
         forced = {"BIONEMO_RUNTIME": args.runtime}
         service = dataclasses.replace(SERVICE, environment=lambda port: SERVICE.environment(port) | forced)
     running = processes.start(service)
-    samples: list[Sample] = []
-    stopping = threading.Event()
+    rounds: list[Round] = []
+    counts: Counter[tuple[str, str]] = Counter()
     try:
         prime(running.url, args.users)
-        root, started = psutil.Process(running.process.pid), time.monotonic()
-
-        def sample() -> None:
-            while not stopping.wait(args.sample):
-                if time.monotonic() - started > args.warmup:
-                    samples.append(sample_memory(root, started))
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        summary = run_locust(running.url, args.users, args.seconds)
-        stopping.set()
-        sampler.join()
+        root = psutil.Process(running.process.pid)
+        for _ in range(args.rounds):
+            measured, round_counts = load_round(running.url, args.users, args.seconds / args.rounds, root, args.sample)
+            rounds.append(measured)
+            counts += round_counts
     finally:
-        stopping.set()
         processes.stop(running)
 
-    parts = sorted({part for s in samples for part in s.triton_mib})
-    series = {"API side (bentoml serve, workers)": [s.api_mib for s in samples]}
-    series |= {part: [s.triton_mib.get(part, 0.0) for s in samples] for part in parts}
-    whole = {"tritonserver and its stubs, together": [sum(s.triton_mib.values()) for s in samples]}
-    failures = int(summary.pop("failures"))
-    grown = {what: growth(values) for what, values in series.items()}
-    flat = max(grown.values()) <= args.margin
+    tritons = sorted({part for measured in rounds for part in measured.settled} - {API_SIDE})
+    parts = [API_SIDE, *tritons]
+    whole = "tritonserver and its stubs, together"
+    for reading in [measured.settled for measured in rounds] + [sample for m in rounds for sample in m.under_load]:
+        reading[whole] = sum(reading.get(part, 0.0) for part in tritons)
+    settled = [measured.settled for measured in rounds]
+    under_load = [
+        {part: float(np.median([sample.get(part, 0.0) for sample in measured.under_load])) for part in [*parts, whole]}
+        for measured in rounds
+    ]
+    endpoints = sorted({name for name, _ in counts} - {"Aggregated"}) + ["Aggregated"]
+    failures = sum(counts[name, "failed"] for name in endpoints if name != "Aggregated")
+    flat = all(growth(settled[0][part], settled[-1][part]) <= args.margin for part in parts)
     command = "python -m benchmarks.soak " + shlex.join(argv if argv is not None else sys.argv[1:])
-    sampling = f"memory every {args.sample:g} s after the largest requests and {args.warmup:g} s of warm-up"
     runtimes = f"{args.runtime}, forced" if args.runtime else "each graph's, as the timings chose"
+    columns = " | ".join(f"round {number}" for number in range(1, args.rounds + 1))
+    header = [f"| process | {columns} | growth |", "|---|" + "---:|" * (args.rounds + 1)]
     lines = [
         BEGIN,
-        f"Measured with `{command}` ({args.users} users, {args.seconds:g} s; {sampling}) on "
-        f"{cpu_model()}; runtimes: {runtimes}:",
+        (
+            f"Measured with `{command}` ({args.users} users, {args.rounds} rounds of {args.seconds / args.rounds:g} s "
+            f"after the largest requests) on {cpu_model()}; runtimes: {runtimes}:"
+        ),
         "",
         "| what | figure |",
         "|---|---|",
-        *(f"| {name} | {figure} |" for name, figure in summary.items()),
+        *(f"| {name} | {counts[name, 'requests']} requests, {counts[name, 'failed']} failed |" for name in endpoints),
         f"| failed requests | {failures} |",
-        f"| memory flat within {args.margin:g} % (the API side and every model instance) | {'yes' if flat else 'no'} |",
+        f"| settled memory flat within {args.margin:g} % (the API side and every instance) | {'yes' if flat else 'no'} |",
         "",
-        "Resident memory (MiB), the median of each fifth of the run, and the growth from the first fifth to the last:",
+        (
+            f"Settled resident memory (MiB), read {SETTLE_S:g} s after each round with nothing in flight, and the "
+            "growth from the first round to the last (what is judged):"
+        ),
         "",
-        "| process | 1st | 2nd | 3rd | 4th | 5th | growth |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        *(memory_row(what, values) for what, values in (series | whole).items()),
+        *header,
+        *memory_rows([*parts, whole], settled),
+        "",
+        (
+            f"Under load: the median of the samples taken every {args.sample:g} s during each round (for comparison: "
+            "it moves with what is in flight):"
+        ),
+        "",
+        *header,
+        *memory_rows([*parts, whole], under_load),
         "",
         END,
     ]
