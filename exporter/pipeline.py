@@ -20,7 +20,7 @@ from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, in
 from exporter.progress import Progress, Silent
 from exporter.triton_config import config_path, render_config
 from exporter.runtime_export import CONVERTERS, Converter, written_files
-from exporter.triton_backend.runtimes import Runtime, open_engine
+from exporter.triton_backend.runtimes import RECORD, Runtime, open_engine
 from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime_parity, require_providers
 from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
 
@@ -227,6 +227,7 @@ def _publish(
     shutil.rmtree(published, ignore_errors=True)
     staged_version.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
     staged_version.rename(published)
+    (model_dir / RECORD).unlink(missing_ok=True)  # timings of the graph this one replaces: timed again
     configs = []
     for target in Target:
         config_file = model_dir / config_path(target)

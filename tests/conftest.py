@@ -38,18 +38,35 @@ class RunningService:
     def log_tail(self, characters: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-characters:]
 
+    def triton_argument(self, option: str) -> str:
+        """The value of one `--option=value` argument of the tritonserver the service started."""
+        (command,) = [command for command in map(_command_line, self.children) if Path(command[0]).name == "tritonserver"]
+        (value,) = [argument.split("=", 1)[1] for argument in command if argument.startswith(f"--{option}=")]
+        return value
+
     @property
     def triton_url(self) -> str:
         """host:port of the HTTP endpoint of the tritonserver the service started (the runner picks the port)."""
-        (triton,) = [child for child in self.children if Path(child.cmdline()[0]).name == "tritonserver"]
-        (port,) = [argument.split("=", 1)[1] for argument in triton.cmdline() if argument.startswith("--http-port=")]
-        return f"127.0.0.1:{port}"
+        return f"127.0.0.1:{self.triton_argument('http-port')}"
+
+    @property
+    def served_repository(self) -> Path:
+        """The folder tritonserver serves: the launcher's own for this start (serving/startup/served_repository.py)."""
+        return Path(self.triton_argument("model-repository"))
 
     def triton_counts(self, model: str) -> tuple[int, int]:
         """Triton's (inference_count, execution_count) of `model` so far: rows answered and model runs."""
         statistics = tritonclient.http.InferenceServerClient(self.triton_url).get_inference_statistics(model)
         (entry,) = statistics["model_stats"]
         return entry["inference_count"], entry["execution_count"]
+
+
+def _command_line(process: psutil.Process) -> list[str]:
+    """The process's arguments; [""] for one that has ended (a model's stub, say)."""
+    try:
+        return process.cmdline() or [""]
+    except psutil.NoSuchProcess:
+        return [""]
 
 
 def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:

@@ -20,7 +20,7 @@ import boto3
 from conftest import DEFAULT_REPOSITORY, stop_process_group
 
 from exporter.triton_backend.runtimes import Runtime
-from serving.startup.runtime_choice import choose_runtimes
+from serving.startup.runtime_choice import choose_runtimes, write_into_configs
 from tritonserver_setup.readiness import free_loopback_port
 
 BUCKET, FOLDER, MODEL = "models", "repo", "esm2nv"
@@ -82,7 +82,7 @@ def s3_store() -> Iterator[S3Store]:
         s3.create_bucket(Bucket=BUCKET)
         with tempfile.TemporaryDirectory() as repository:
             shutil.copytree(DEFAULT_REPOSITORY / MODEL, Path(repository) / MODEL)
-            choose_runtimes(Path(repository), {MODEL: Runtime.ONNXRUNTIME}, [MODEL])
+            write_into_configs(choose_runtimes(Path(repository), {MODEL: Runtime.ONNXRUNTIME}, [MODEL]))
             for path in sorted(Path(repository).rglob("*")):
                 if path.is_file():
                     s3.upload_file(str(path), BUCKET, f"{FOLDER}/{path.relative_to(repository)}")

@@ -70,26 +70,26 @@ def broken_service(request: pytest.FixtureRequest, repository: Path) -> Iterator
         stop_service(running)
 
 
-def runtime_of(repository: Path, triton_model: str) -> Runtime:
+def runtime_of(service: RunningService, triton_model: str) -> Runtime:
     """The runtime the launcher wrote into the model's config: the forced one, or the decoder's timed choice where it
     has no file of the forced runtime (no fused-attention decoder)."""
-    (value,) = re.findall(r'key: "runtime"\s*value \{\s*string_value: "([^"]+)"', (repository / triton_model / "config.pbtxt").read_text())
+    (value,) = re.findall(r'key: "runtime"\s*value \{\s*string_value: "([^"]+)"', (service.served_repository / triton_model / "config.pbtxt").read_text())
     return Runtime(value)
 
 
-def expected_reason(repository: Path, triton_model: str) -> str:
-    return REASONS[runtime_of(repository, triton_model)].format(graph=FIRST_GRAPH[triton_model])
+def expected_reason(service: RunningService, triton_model: str) -> str:
+    return REASONS[runtime_of(service, triton_model)].format(graph=FIRST_GRAPH[triton_model])
 
 
 def test_a_model_that_cannot_run_keeps_the_service_not_ready_and_the_log_says_why(
-    broken_service: tuple[Runtime, RunningService], repository: Path
+    broken_service: tuple[Runtime, RunningService],
 ) -> None:
     runtime, service = broken_service
-    assert runtime_of(repository, "esm1nv") is runtime
+    assert runtime_of(service, "esm1nv") is runtime
     log = service.log_tail(10**7)
     for name in BROKEN:
         (line,) = {line for line in log.splitlines() if f"failed to load '{name}' version 1:" in line}
-        assert re.search(expected_reason(repository, name), line), line
+        assert re.search(expected_reason(service, name), line), line
     for _ in range(3):
         assert requests.get(f"{service.url}/readyz", timeout=30).status_code == 503
         time.sleep(1)
@@ -107,7 +107,7 @@ def test_only_the_models_that_run_are_served(broken_service: tuple[Runtime, Runn
 
 @pytest.mark.parametrize("model", ["esm1nv", "megamolbart"])
 def test_an_admin_load_of_a_model_that_cannot_run_is_a_502_with_the_runtimes_reason(
-    broken_service: tuple[Runtime, RunningService], repository: Path, model: str
+    broken_service: tuple[Runtime, RunningService], model: str
 ) -> None:
     _, service = broken_service
     answer = requests.post(f"{service.url}/admin/load", json={"model": model}, headers=ADMIN, timeout=180)
@@ -115,5 +115,5 @@ def test_an_admin_load_of_a_model_that_cannot_run_is_a_502_with_the_runtimes_rea
     (detail,) = answer.json()["error"]["details"]
     broken = "esm1nv" if model == "esm1nv" else BROKEN[1]
     assert detail["field"] == "model" and f"Triton could not load {broken}" in detail["message"], detail
-    assert re.search(expected_reason(repository, broken), detail["message"]), detail["message"]
+    assert re.search(expected_reason(service, broken), detail["message"]), detail["message"]
     assert requests.get(f"{service.url}/readyz", timeout=30).status_code == 503

@@ -29,12 +29,14 @@ from serving.startup.runtime_choice import (
     GROWTH_LIMIT_MIB,
     METHOD,
     RECORD,
+    Choice,
     RuntimeChoiceError,
     Timings,
     available,
     choose_runtimes,
     cpu_model,
     instance_threads,
+    write_into_configs,
 )
 from test_cached_decoder import DECODER_RUNTIMES
 from serving.startup.settings import Settings, SettingsError
@@ -69,6 +71,16 @@ def config_of(repository: Path, model: str = "esm2nv") -> model_config_pb2.Model
     return text_format.Parse((repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
 
 
+def chosen(repository: Path, forced: dict[str, Runtime], models: list[str], **options) -> dict[str, Runtime]:
+    """The runtime choose_runtimes picks for each Triton model."""
+    return {name: choice.runtime for name, choice in choose_runtimes(repository, forced, models, **options).items()}
+
+
+def chosen_config(choices: dict[str, Choice], model: str = "esm2nv") -> model_config_pb2.ModelConfig:
+    """The config a start serves `model` with."""
+    return text_format.Parse(choices[model].config_text(), model_config_pb2.ModelConfig())
+
+
 def test_export_writes_every_runtime_and_each_equals_torch(exported: Path) -> None:
     """Each file is opened as the backend opens it and run on other batches than the export's gate ran."""
     loaded = load_for_export(TINY_ESM2, exported / "checkpoint")
@@ -85,7 +97,8 @@ def test_export_writes_every_runtime_and_each_equals_torch(exported: Path) -> No
             assert np.abs(embeddings - expected[1]).max() < 1e-4, runtime
 
 
-def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(repository: Path) -> None:
+def test_the_fastest_timed_runtime_is_chosen_and_the_timings_kept_beside_the_config(repository: Path) -> None:
+    exported_config = (repository / "esm2nv" / "config.pbtxt").read_text()
     lines: list[str] = []
     choices = choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     record = json.loads((repository / "esm2nv" / RECORD).read_text())
@@ -93,13 +106,14 @@ def test_the_fastest_timed_runtime_is_recorded_where_the_backend_reads_it(reposi
     assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in Runtime}  # TorchScript: never chosen
     choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
     assert set(choices) == {"esm2nv", "esm2nv_language_model"}  # timed as the encoder is; the layers run untimed
-    assert choices["esm2nv"] == Runtime(min(choosable, key=choosable.__getitem__)) != Runtime.TORCHSCRIPT
-    config = config_of(repository)
-    assert config.parameters["runtime"].string_value == choices["esm2nv"].value
+    assert choices["esm2nv"].runtime == Runtime(min(choosable, key=choosable.__getitem__)) != Runtime.TORCHSCRIPT
+    assert (repository / "esm2nv" / "config.pbtxt").read_text() == exported_config  # a choice is served, not written
+    config = chosen_config(choices)
+    assert config.parameters["runtime"].string_value == choices["esm2nv"].runtime.value
     summary = json.loads(config.parameters["runtime_timings"].string_value)
     assert summary["chosen_by"] == "measurement" and summary["cpu"] == record["cpu"] == cpu_model()
     assert summary["threads"] == record["threads"] == instance_threads(config) == 1  # 2 cores, 2 busy instances
-    assert (repository / "esm2nv" / "config.pbtxt").read_text().startswith("# esm2nv: the encoder of esm2nv")
+    assert choices["esm2nv"].config_text().startswith("# esm2nv: the encoder of esm2nv")
     shapes = list(record["milliseconds"]["onnxruntime"])
     assert shapes[0] == "1x64" and shapes[-1] == "1x1024", "one row up to the longest input, as the buckets send"
     assert any(line.startswith("esm2nv: timing") for line in lines)
@@ -146,14 +160,23 @@ def test_a_runtime_whose_memory_grew_while_timed_is_not_chosen_however_fast() ->
 
 
 def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(repository: Path) -> None:
-    measured = choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"]
+    measured = chosen(repository, {}, ["esm2nv"])["esm2nv"]
     forced = next(runtime for runtime in Runtime if runtime is not measured)
     every = {"esm2nv": forced, "esm2nv_language_model": forced}
-    assert choose_runtimes(repository, {"esm2nv": forced}, ["esm2nv"]) == every
-    config = config_of(repository)
+    choices = choose_runtimes(repository, {"esm2nv": forced}, ["esm2nv"])
+    assert {name: choice.runtime for name, choice in choices.items()} == every
+    config = chosen_config(choices)
     assert config.parameters["runtime"].string_value == forced.value
     assert json.loads(config.parameters["runtime_timings"].string_value)["chosen_by"] == "BIONEMO_RUNTIME"
-    assert choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"] == measured
+    assert chosen(repository, {}, ["esm2nv"])["esm2nv"] == measured
+
+
+def test_the_command_writes_the_choice_into_the_repository_configs(repository: Path) -> None:
+    """For a repository served elsewhere untimed (S3): `python -m serving.startup.runtime_choice` records it there."""
+    choices = choose_runtimes(repository, {"esm2nv": Runtime.OPENVINO}, ["esm2nv"])
+    write_into_configs(choices)
+    assert (repository / "esm2nv" / "config.pbtxt").read_text() == choices["esm2nv"].config_text()
+    assert config_of(repository).parameters["runtime"].string_value == Runtime.OPENVINO.value
 
 
 def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> None:
@@ -165,11 +188,11 @@ def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> 
 
 def test_a_new_export_is_timed_again(repository: Path, exported: Path) -> None:
     choose_runtimes(repository, {}, ["esm2nv"])
-    export_model(TINY_ESM2, exported / "checkpoint", repository)  # writes the config anew, without a runtime
+    export_model(TINY_ESM2, exported / "checkpoint", repository)  # removes the record of the graphs it replaces
     lines: list[str] = []
     choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     assert any(line.startswith("esm2nv: timing") for line in lines)
-    assert "runtime" in config_of(repository).parameters
+    assert (repository / "esm2nv" / RECORD).is_file()
 
 
 @pytest.fixture(scope="module")
@@ -187,15 +210,13 @@ def molecules(exported_molecules: Path, tmp_path: Path) -> Path:
 
 
 def test_the_decoder_records_the_fastest_over_whole_generations(molecules: Path) -> None:
-    choices = choose_runtimes(molecules, {}, ["megamolbart"])
+    choices = chosen(molecules, {}, ["megamolbart"])
     record = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())
     assert all(list(times) == ["generation 1x100", "generation 16x100"] for times in record["milliseconds"].values())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
     assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in DECODER_RUNTIMES}
-    chosen = choices["megamolbart_decoder"]
     choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
-    assert chosen == Runtime(min(choosable, key=choosable.__getitem__))
-    assert config_of(molecules, "megamolbart_decoder").parameters["runtime"].string_value == chosen.value
+    assert choices["megamolbart_decoder"] == Runtime(min(choosable, key=choosable.__getitem__))
     assert record["threads"] == len(os.sched_getaffinity(0))  # its one instance runs on every core
     assert "megamolbart_encoder" in choices
 
@@ -209,16 +230,18 @@ def test_a_runtime_only_the_encoder_has_forces_the_encoder_and_leaves_the_decode
     measured = record["milliseconds"]
     choosable = [runtime for runtime in measured if Timings(**record).eligible(runtime)]
     fastest = min(choosable, key=lambda runtime: sum(measured[runtime].values()))
-    assert choices == {"megamolbart_encoder": Runtime.ONNXRUNTIME_FUSED, "megamolbart_decoder": Runtime(fastest)}
-    decoder = json.loads(config_of(molecules, "megamolbart_decoder").parameters["runtime_timings"].string_value)
+    runtimes = {name: choice.runtime for name, choice in choices.items()}
+    assert runtimes == {"megamolbart_encoder": Runtime.ONNXRUNTIME_FUSED, "megamolbart_decoder": Runtime(fastest)}
+    decoder = json.loads(chosen_config(choices, "megamolbart_decoder").parameters["runtime_timings"].string_value)
     assert decoder["chosen_by"] == "measurement"
     assert any(line.startswith("megamolbart_decoder: no onnxruntime-fused (not exported") for line in lines)
 
 
 def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: Path) -> None:
-    forced = choose_runtimes(molecules, {"megamolbart": Runtime.OPENVINO}, ["megamolbart"])
+    choices = choose_runtimes(molecules, {"megamolbart": Runtime.OPENVINO}, ["megamolbart"])
+    forced = {name: choice.runtime for name, choice in choices.items()}
     assert forced == {"megamolbart_encoder": Runtime.OPENVINO, "megamolbart_decoder": Runtime.OPENVINO}
-    decoder = config_of(molecules, "megamolbart_decoder").parameters
+    decoder = chosen_config(choices, "megamolbart_decoder").parameters
     assert decoder["runtime"].string_value == Runtime.OPENVINO.value
     assert json.loads(decoder["runtime_timings"].string_value)["chosen_by"] == "BIONEMO_RUNTIME"
 
@@ -290,7 +313,7 @@ def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
 
 def test_a_file_its_runtime_cannot_run_is_left_out_not_fatal(repository: Path) -> None:
     (repository / "esm2nv" / "1" / Runtime.OPENVINO.file("model")).write_text("not a model")
-    choices = choose_runtimes(repository, {}, ["esm2nv"])
+    choices = chosen(repository, {}, ["esm2nv"])
     record = json.loads((repository / "esm2nv" / RECORD).read_text())
     assert record["left_out"]["openvino"].startswith("does not run here") and choices["esm2nv"] is not Runtime.OPENVINO
 

@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 import pytest
 import requests
+import tritonclient.http
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
 from exporter.triton_backend.runtimes import Runtime
@@ -164,16 +165,19 @@ def test_the_decoder_memory_levels_off_over_generations_of_new_shapes(forced: tu
 
 def test_the_runtime_served_is_the_one_the_timings_picked(service: RunningService) -> None:
     """The shared service starts with BIONEMO_RUNTIME unset: each timed graph, the decoder's too, runs the fastest of
-    its recorded timings; an untimed one (all layers, contacts: see GraphSpec.timed) runs onnxruntime."""
+    its recorded timings; an untimed one (all layers, contacts: see GraphSpec.timed) runs onnxruntime. The config
+    Triton loaded names it; the repository's own config names none, whatever other starts chose meanwhile."""
+    triton = tritonclient.http.InferenceServerClient(service.triton_url)
     for info in requests.get(f"{service.url}/models", timeout=30).json()["models"]:
         timed = {MODELS[info["name"]].triton_name(spec.role): spec.timed for spec in MODELS[info["name"]].graphs}
         for graph in info["runtimes"]:
-            config = DEFAULT_REPOSITORY / graph["triton_model"]
+            folder = DEFAULT_REPOSITORY / graph["triton_model"]
+            assert 'key: "runtime"' not in (folder / "config.pbtxt").read_text()
             if not timed[graph["triton_model"]]:
                 assert (graph["runtime"], graph["chosen_by"]) == ("onnxruntime", "default"), graph
-                assert not (config / "runtime.json").exists()
+                assert not (folder / "runtime.json").exists()
                 continue
-            timings = json.loads((config / "runtime.json").read_text())
+            timings = json.loads((folder / "runtime.json").read_text())
             totals = {
                 runtime: sum(times.values())
                 for runtime, times in timings["milliseconds"].items()
@@ -181,4 +185,5 @@ def test_the_runtime_served_is_the_one_the_timings_picked(service: RunningServic
             }
             assert graph["chosen_by"] == "measurement" and graph["cpu"] == timings["cpu"]
             assert graph["runtime"] == min(totals, key=totals.__getitem__), (graph, totals)
-            assert f'string_value: "{graph["runtime"]}"' in (config / "config.pbtxt").read_text()
+            loaded = triton.get_model_config(graph["triton_model"])["parameters"]
+            assert loaded["runtime"]["string_value"] == graph["runtime"]

@@ -80,6 +80,11 @@ _LIBRARIES = {
 }
 
 
+RECORD = "runtime.json"
+"""The timings of a graph's runtimes on the machine that last timed them, beside its config.pbtxt
+(serving.startup.runtime_choice); a new export of the graph removes them."""
+
+
 class Engine(Protocol):
     def run(self, outputs: list[str], feeds: dict[str, np.ndarray], threads: int) -> list[np.ndarray]:
         """`outputs` of one batch, computed on `threads` threads."""

@@ -7,8 +7,9 @@ join BIONEMO_TRITON_OPTIONS, which the service turns into tritonserver arguments
 Every setting is checked before anything starts, and so is the installed
 onnxruntime against the providers the target's configs name
 (serving/startup/target_runtime.py), and an s3:// repository is listed with the credentials tritonserver
-will use (serving/startup/remote_repository.py); each encoder of a local repository gets the runtime
-measured fastest on this machine (serving/startup/runtime_choice.py); then this process
+will use (serving/startup/remote_repository.py); each timed graph of a local repository gets the runtime
+measured fastest on this machine (serving/startup/runtime_choice.py), served from a folder of this start's own
+(serving/startup/served_repository.py), so that no start changes what another serves; then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
 settings imply (`Settings.bentoml_config_options`) added to BENTOML_CONFIG_OPTIONS, and
@@ -26,7 +27,14 @@ from pathlib import Path
 from model_catalog import MODELS, Target
 from serving.startup.remote_repository import check_s3_repository
 from serving.startup.runtime_choice import RuntimeChoiceError, choose_runtimes
-from serving.startup.settings import REMOTE_REPOSITORY_SCHEMES, TRITON_METRICS_PORT_VARIABLE, Settings, SettingsError
+from serving.startup.served_repository import served_repository
+from serving.startup.settings import (
+    MODEL_REPOSITORY,
+    REMOTE_REPOSITORY_SCHEMES,
+    TRITON_METRICS_PORT_VARIABLE,
+    Settings,
+    SettingsError,
+)
 from serving.startup.target_runtime import require_providers
 from serving.startup.tracing import BENTOML_CONFIG_OPTIONS, untraced_environment
 from serving.triton.options import (
@@ -86,17 +94,22 @@ def prometheus_directory(environment: Mapping[str, str]) -> str:
     return os.path.join(home, "prometheus_multiproc_dir")
 
 
-def record_runtimes(settings: Settings) -> None:
-    """The runtime each graph Triton will load runs on CPU, measured here where the repository's record does not hold;
-    models Triton will not load are not timed (an image without torch times every graph anew: minutes each)."""
+def served_with_chosen_runtimes(settings: Settings) -> str:
+    """The repository tritonserver is to serve: a local one served from a folder of this start's own, whose timed
+    graphs' configs name the runtime chosen here, measured where the repository's record does not hold for this
+    machine (serving/startup/served_repository.py). Models Triton will not load are not timed (an image without torch
+    times every graph anew: minutes each). A GPU target, or a remote repository, is served as it is."""
     if settings.target is not Target.CPU or settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
-        return  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record
+        return settings.model_repository  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record
     loaded = settings.loaded_models()
     models = loaded if loaded is not None else MODELS
+    repository = Path(settings.model_repository)
+    choices = choose_runtimes(repository, settings.runtimes, models, report=lambda line: print(f"bionemo: {line}"))
     try:
-        choose_runtimes(Path(settings.model_repository), settings.runtimes, models, report=lambda line: print(f"bionemo: {line}"))
-    except OSError as error:  # a read-only repository keeps the runtimes its configs record
-        print(f"bionemo: runtimes not recorded ({error}); each model runs the one its config names", file=sys.stderr)
+        return str(served_repository(repository, choices))
+    except OSError as error:  # no temporary directory to write to
+        print(f"bionemo: runtimes not chosen ({error}); each model runs the one its config names", file=sys.stderr)
+        return settings.model_repository
 
 
 def read_remote_repository(settings: Settings) -> None:
@@ -111,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, environment = serve_command(sys.argv[1:] if argv is None else argv, os.environ)
         settings = Settings.from_environment(environment)
         read_remote_repository(settings)
-        record_runtimes(settings)
+        environment[MODEL_REPOSITORY.variable] = served_with_chosen_runtimes(settings)
     except (SettingsError, TritonOptionError, RuntimeChoiceError) as error:
         print(f"bionemo: {error}", file=sys.stderr)
         return 2

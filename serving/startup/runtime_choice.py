@@ -1,6 +1,6 @@
-"""Which runtime runs each graph: timed on the machine that serves, recorded in the model's config.
+"""Which runtime runs each graph: timed on the machine that serves.
 
-    python -m serving.startup.runtime_choice [--repository model_repository]
+    python -m serving.startup.runtime_choice [--repository model_repository] [--write-configs]
 
 The exporter writes each graph once per runtime it can convert it for, every
 file held to the same parity gate (exporter/runtime_export.py). Which is fastest
@@ -12,11 +12,15 @@ shapes, on the threads one instance runs with under load: an encoder on its
 length buckets up to its longest input, one row and up to eight; the cached
 decoder on whole generations of one row and of a batch of decodings, the
 cross-attention and every step with its caches growing, each run meeting
-shapes new to the runtime as serving does. It writes the choice
-into `config.pbtxt` (parameter `runtime`, which the backend opens) and the
-timings beside it (`runtime.json`; `GET /models` shows them). A choice is timed
+shapes new to the runtime as serving does. The timings are kept beside each
+config (`runtime.json`); a start serves its choice from a folder of its own,
+each config naming the runtime (parameter `runtime`, which the backend opens)
+and its timings (`GET /models` shows them): serving/startup/served_repository.py.
+This command times and keeps the timings (`make models` runs it after an export);
+with `--write-configs` it also writes the choice into the repository's own
+configs, for a repository served elsewhere without timing (S3). A choice is timed
 again only when it was made on another CPU, with other threads, for another
-version or set of runtimes, or the config lost it (a new export).
+version or set of runtimes, or a new export removed the record.
 `BIONEMO_RUNTIME` forces a runtime instead; the timings stay as measured.
 """
 
@@ -38,13 +42,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter.decoder_caches import layer_caches
-from exporter.triton_backend.runtimes import Engine, FreedMemory, Runtime, open_engine
+from exporter.triton_backend.runtimes import RECORD, Engine, FreedMemory, Runtime, open_engine
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
 from serving.startup.settings import Settings, SettingsError
 
-RECORD = "runtime.json"
-"""The timings of a model's runtimes, beside its config.pbtxt."""
 SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
 MOST_ROWS = 8
 """Rows of the largest batch timed: what requests of 1-8 sequences merge into, in a bounded time."""
@@ -287,20 +289,43 @@ class ModelFolder:
         except (OSError, ValueError, TypeError):
             return None
 
-    def write(self, runtime: Runtime, timings: Timings, chosen_by: str) -> None:
-        """Record `runtime` in the config, where the backend reads it, and the timings beside it; a config that
-        already says so is left as it is."""
-        header, config = self.read_config()
-        summary = json.dumps(
-            {"chosen_by": chosen_by, "cpu": timings.cpu, "threads": timings.threads, "total_ms": timings.totals(),
-             "grown_mib": timings.grown_mib}
+    def record(self, timings: Timings) -> None:
+        """Keep `timings` beside the config, so that the next start on this machine need not time again; a
+        repository it cannot write to (a read-only bento) is timed again at each start."""
+        try:
+            (self.path / RECORD).write_text(json.dumps(asdict(timings), indent=2) + "\n")
+        except OSError:
+            pass
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The runtime one graph runs, why, and the timings it was chosen from."""
+
+    folder: ModelFolder
+    runtime: Runtime
+    timings: Timings
+    chosen_by: str
+    """`measurement` or `BIONEMO_RUNTIME`."""
+
+    def config_text(self) -> str:
+        """The graph's config.pbtxt naming the runtime (parameter `runtime`, which the backend opens) and a summary
+        of the timings (`runtime_timings`, which GET /models shows); its comment header kept."""
+        header, config = self.folder.read_config()
+        config.parameters["runtime"].string_value = self.runtime.value
+        config.parameters["runtime_timings"].string_value = json.dumps(
+            {"chosen_by": self.chosen_by, "cpu": self.timings.cpu, "threads": self.timings.threads,
+             "total_ms": self.timings.totals(), "grown_mib": self.timings.grown_mib}
         )  # fmt: skip
-        (self.path / RECORD).write_text(json.dumps(asdict(timings), indent=2) + "\n")
-        if config.parameters["runtime"].string_value == runtime.value and config.parameters["runtime_timings"].string_value == summary:
-            return
-        config.parameters["runtime"].string_value = runtime.value
-        config.parameters["runtime_timings"].string_value = summary
-        self.config_path.write_text("\n".join(header) + "\n\n" + text_format.MessageToString(config))
+        return "\n".join(header) + "\n\n" + text_format.MessageToString(config)
+
+
+def write_into_configs(choices: Mapping[str, Choice]) -> None:
+    """Record each choice in its graph's config in the repository itself: for a repository that will be served
+    without timing (a remote one). A start never does this: it serves its choice from a folder of its own
+    (serving/startup/served_repository.py), so that no start changes what another service serving the repository runs."""
+    for choice in choices.values():
+        choice.folder.config_path.write_text(choice.config_text())
 
 
 def instance_threads(config: model_config_pb2.ModelConfig) -> int:
@@ -325,11 +350,12 @@ def choose_runtimes(
     forced: Mapping[str, Runtime],
     models: Collection[str] = tuple(MODELS),
     report: Callable[[str], None] = lambda line: None,
-) -> dict[str, Runtime]:
-    """Make sure every graph of `models` in `repository` records the runtime it runs, timing them where the record
-    does not hold for this machine. `forced` (catalog name -> runtime) overrides the measurement for each of the
+) -> dict[str, Choice]:
+    """The runtime each timed graph of `models` in `repository` runs on this machine, timed where the record beside
+    its config (runtime.json) does not hold for this machine, the new timings recorded there. `forced` (catalog name -> runtime) overrides the measurement for each of the
     model's graphs that has the runtime (the cached decoder has no fused-attention file: its attention is its own);
-    a runtime none of them has is a RuntimeChoiceError. Returns the choice for each Triton model."""
+    a runtime none of them has is a RuntimeChoiceError. Returns the choice for each Triton model; no config is
+    written."""
     timed = []
     for folder in graph_folders(repository, models):
         _, config = folder.read_config()
@@ -338,9 +364,10 @@ def choose_runtimes(
         timings = folder.recorded()
         runtimes = {runtime.value for runtime in available(version_dir, folder.graph)[0]}
         now = (cpu_model(), threads, int(version_dir.name), runtimes, METHOD)
-        if "runtime" not in config.parameters or timings is None or timings.measured_for() != now:
+        if timings is None or timings.measured_for() != now:
             report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
             timings = measure(folder, config, version_dir, threads)
+            folder.record(timings)
         timed.append((folder, timings))
     for model, runtime in forced.items():
         graphs = [(folder.path.name, timings) for folder, timings in timed if folder.description.name == model]
@@ -355,21 +382,25 @@ def choose_runtimes(
             runtime = None
         chosen_by = "measurement" if runtime is None else "BIONEMO_RUNTIME"
         runtime = runtime or timings.fastest()
-        folder.write(runtime, timings, chosen_by)
         report(f"{folder.path.name}: {runtime.value} ({chosen_by}; ms over the shapes: {timings.totals()})")
-        choices[folder.path.name] = runtime
+        choices[folder.path.name] = Choice(folder, runtime, timings, chosen_by)
     return choices
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.startup.runtime_choice", description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument(
+        "--write-configs", action="store_true", help="write the choice into the repository's configs (for S3)"
+    )
     args = parser.parse_args(argv)
     try:
-        choose_runtimes(args.repository, Settings.from_environment().runtimes, report=print)
+        choices = choose_runtimes(args.repository, Settings.from_environment().runtimes, report=print)
     except (SettingsError, RuntimeChoiceError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.write_configs:
+        write_into_configs(choices)
     return 0
 
 

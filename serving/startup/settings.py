@@ -259,7 +259,7 @@ class Settings:
             raise SettingsError(
                 f"{RUNTIME.variable}: refused with a remote {MODEL_REPOSITORY.variable}; each model runs the runtime "
                 "its config in the repository records (record one before uploading: `BIONEMO_RUNTIME=... python -m "
-                "serving.startup.runtime_choice --repository FOLDER`)"
+                "serving.startup.runtime_choice --repository FOLDER --write-configs`)"
             )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:
