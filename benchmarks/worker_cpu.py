@@ -1,5 +1,4 @@
-"""The service's BentoML API workers, and the CPU time their threads spend: for `make bench` (each point's window),
-benchmarks.front_cpu and benchmarks.scrape_cost.
+"""The service's BentoML API workers, and the CPU time their threads spend in each of `make bench`'s windows.
 
 API workers are the processes BentoML starts as `python -m bentoml_cli.worker.http_api_server` (`serve`) or
 `python -m bentoml_cli.worker.grpc_api_server` (`serve-grpc`), found by that module among the argv of the server's
@@ -57,12 +56,6 @@ def thread_cpu_ns(processes: list[psutil.Process]) -> dict[Thread, int]:
             except (OSError, ValueError, IndexError):  # a thread (or process) that ended meanwhile
                 continue
     return times
-
-
-def cpu_seconds(processes: list[psutil.Process]) -> float:
-    """CPU time of the live threads of `processes` so far. A thread that ends takes its time out of this sum: for
-    short blocks of requests (front_cpu, scrape_cost); over a load test's minutes, `WorkerCpu`."""
-    return sum(thread_cpu_ns(processes).values()) / 1e9
 
 
 class WorkerCpu:

@@ -53,8 +53,8 @@ GRPC_EXPERIMENTS_VARIABLE = "GRPC_EXPERIMENTS"
 GRPC_SERVER_EXPERIMENTS = "-event_engine_listener,-event_engine_for_all_other_endpoints"
 """grpcio 1.81's EventEngine listener and endpoints turned off, for gRPC's earlier I/O path: the gRPC API workers
 then spent about as much CPU per /embed of the bench's mix as the HTTP ones (5.78 and 5.58 ms against 5.76 and
-5.28 ms), where with them on they spent 7.19 and 6.25 ms (`python -m benchmarks.front_cpu --grpc-variant
-GRPC_EXPERIMENTS=`, docs/performance.md). A GRPC_EXPERIMENTS of the environment is kept as it is."""
+5.28 ms), where with them on they spent 7.19 and 6.25 ms (2388e29 and 0b436af, docs/performance.md). A
+GRPC_EXPERIMENTS of the environment is kept as it is."""
 
 
 def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
