@@ -10,7 +10,7 @@ from __future__ import annotations
 import bentoml
 import numpy as np
 
-import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
+import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from model_catalog import MODELS
 from serving.engine.encoding import EncoderEngine
 from serving.engine.generation import MoleculeGenerator
@@ -18,18 +18,18 @@ from serving.engine.language_model import ProteinLanguageModel
 from serving.engine.payloads import encode_arrays
 from serving.fronts import bionemo_grpc
 from serving.fronts.admission import Admission
-from serving.fronts.bentoml_grpc import ServiceErrorInterceptor, serve_on_uvloop
-from serving.fronts.bentoml_http import (
+from serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
+from serving.fronts.bentoml.descriptors import (
     AdminJSON,
     AdminNoInput,
-    Endpoints,
     JSONOutput,
     NdarrayOutput,
     NoInput,
     ValidatedJSON,
     ValidatedNdarray,
 )
-from serving.fronts.bentoml_schema import ServesSchemaJSON
+from serving.fronts.bentoml.endpoints import Endpoints
+from serving.fronts.bentoml.schema import ServesSchemaJSON
 from serving.fronts.openai_api import (
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,

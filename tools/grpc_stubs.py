@@ -3,7 +3,7 @@
     python -m tools.grpc_stubs
 
 - BentoML's own `bentoml/grpc/<version>/service.proto`, from the installed bentoml, into
-  `serving/fronts/bentoml_grpc_stubs/<version>_service_pb2*.py` (why: serving/fronts/bentoml_grpc_stubs/__init__.py);
+  `serving/fronts/bentoml/grpc_stubs/<version>_service_pb2*.py` (why: serving/fronts/bentoml/grpc_stubs/__init__.py);
 - BioNeMo's GenerativeSampler protocols, `serving/fronts/bionemo_protos/*.proto`, into `serving/fronts/bionemo_protos/*_pb2*.py`.
 
 The stubs are committed rather than generated at install, so that the bento and the image need no protoc;
@@ -20,7 +20,7 @@ from pathlib import Path
 import bentoml
 
 ROOT = Path(__file__).resolve().parent.parent
-BENTOML_STUBS = ROOT / "serving" / "fronts" / "bentoml_grpc_stubs"
+BENTOML_STUBS = ROOT / "serving" / "fronts" / "bentoml" / "grpc_stubs"
 BIONEMO_PROTOS = ROOT / "serving" / "fronts" / "bionemo_protos"
 BENTOML_VERSIONS = ("v1", "v1alpha1")
 

@@ -5,7 +5,7 @@ unchanged. Each method turns its message into the request of the matching HTTP A
 model (serving/protocol.py), runs it on the same engine under the same admission (in-flight bound, deadline), and
 flattens the arrays with their `dim` as BioNeMo's servers did (and, like them, answers `smis` only from
 `HiddenToSmis`). Errors are the service's typed errors, answered with their gRPC
-code by serving/fronts/bentoml_grpc.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
+code by serving/fronts/bentoml/grpc_server.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from serving.engine.encoding import Encoded, EncoderEngine
 from serving.engine.generation import MEGAMOLBART, MoleculeGenerator
 from serving.errors import InvalidRequest, ServiceError
 from serving.fronts.admission import Admission
-from serving.fronts.bentoml_http import validation_error
+from serving.fronts.bentoml.descriptors import validation_error
 from serving.fronts.bionemo_protos import (
     esm1nv_pb2,
     esm1nv_pb2_grpc,

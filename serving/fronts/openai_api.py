@@ -32,7 +32,7 @@ from model_catalog import Capability
 from serving.engine.encoding import EncoderEngine
 from serving.engine.payloads import encode_arrays
 from serving.errors import ERROR_TYPES, InvalidRequest, ServiceError, http_status
-from serving.fronts.bentoml_http import JSONOutput, validation_error
+from serving.fronts.bentoml.descriptors import JSONOutput, validation_error
 from serving.protocol import EmbedRequest, EncodingFormat, FloatType
 from serving.triton.registry import ModelRegistry
 

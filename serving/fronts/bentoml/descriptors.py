@@ -1,25 +1,24 @@
-"""BentoML IO descriptors and endpoint registration in which every failure is a typed error in one JSON shape.
+"""BentoML IO descriptors in which every failure is a typed error in one JSON shape.
 
 BentoML's own descriptors answer a body that fails validation with a
 plain-text 400 and anything unexpected with a 500. Here the input descriptor
 hands a body it cannot use to the endpoint as a `ServiceError`, the endpoint
-returns any `ServiceError` instead of raising it, and the output descriptors
+(serving/fronts/bentoml/endpoints.py) returns any `ServiceError` instead of raising it, and the output descriptors
 render it as its status code and error body, whatever the success type.
 Each descriptor keeps the wire format of the BentoML one it extends, and says so
 in /docs.json, so that BentoML's own clients can call every API.
 
 The same descriptors serve `bentoml serve-grpc`'s `BentoService/Call`: `from_proto` reads the request's `json`
 (or `serialized_bytes`, JSON text) and `ndarray` fields through the same validation as an HTTP body, and
-`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml_grpc.py).
+`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml/grpc_server.py).
 """
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import bentoml
 import numpy as np
@@ -41,15 +40,9 @@ from serving.errors import (
     error_headers,
     http_status,
 )
-from serving.fronts.admission import Admission
-from serving.fronts.bentoml_grpc import GrpcErrorReply, invocation_metadata
-from serving.fronts.proto_values import to_value
-from serving.metrics import counted, model_label
+from serving.fronts.bentoml.grpc_server import GrpcErrorReply, invocation_metadata
+from serving.fronts.bentoml.proto_values import to_value
 from serving.startup.settings import current_settings
-
-RequestT = TypeVar("RequestT")
-Handler = Callable[[RequestT], Awaitable[Any]]
-
 
 def field_path(location: tuple[str | int, ...]) -> str:
     """('sequences', 2) -> 'sequences[2]'; the empty location is the whole body."""
@@ -278,7 +271,7 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
         return await super().to_http_response(obj, ctx)
 
     async def to_proto(self, obj: Any) -> Any:
-        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (serving/fronts/proto_values.py)."""
+        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (proto_values.py)."""
         if isinstance(obj, BaseModel):
             return to_value(obj.model_dump(mode="json"))
         return await super().to_proto(obj)
@@ -286,35 +279,3 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
 
 class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarray):
     pass
-
-
-class Endpoints:
-    """Registers handlers on `service`, each run under `admission`; any `ServiceError` is answered as JSON.
-
-    Every answer is counted here (serving/metrics.py): by route, model and status, with its duration.
-    """
-
-    def __init__(self, service: bentoml.legacy.Service, admission: Admission) -> None:
-        self.service, self.admission = service, admission
-
-    def __call__(
-        self, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor, model: str = ""
-    ) -> Callable[[Handler], Handler]:
-        """Register `handler(request) -> response` at `route`; `model` labels the metrics of requests that name none."""
-
-        def register(handler: Handler) -> Handler:
-            @functools.wraps(handler)
-            async def answer(parsed: Any) -> Any:
-                try:
-                    with counted(route, model_label(parsed, model)):
-                        if isinstance(parsed, ServiceError):
-                            raise parsed
-                        return await self.admission.run(handler(parsed))
-                except ServiceError as error:  # any other exception is a bug: BentoML answers it with a 500
-                    return error
-
-            del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
-            self.service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)
-            return handler
-
-        return register
