@@ -16,7 +16,6 @@ from serving.engine.encoding import EncoderEngine
 from serving.engine.generation import MoleculeGenerator
 from serving.engine.language_model import ProteinLanguageModel
 from serving.engine.payloads import encode_arrays
-from serving.fronts import bionemo_grpc
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
 from serving.fronts.bentoml.descriptors import (
@@ -30,6 +29,7 @@ from serving.fronts.bentoml.descriptors import (
 )
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.bentoml.schema import ServesSchemaJSON
+from serving.fronts.bionemo_grpc import servicers as bionemo_grpc
 from serving.fronts.openai_api import (
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,

@@ -1,4 +1,4 @@
-"""BioNeMo 1.x's gRPC services (serving/fronts/bionemo_protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engines.
+"""BioNeMo 1.x's gRPC services (serving/fronts/bionemo_grpc/protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engines.
 
 Code generated from BioNeMo's own `.proto` files (its InferenceWrapper with `GenerativeSamplerStub`) calls these
 unchanged. Each method turns its message into the request of the matching HTTP API, validated by the same pydantic
@@ -27,7 +27,7 @@ from serving.engine.generation import MEGAMOLBART, MoleculeGenerator
 from serving.errors import InvalidRequest, ServiceError
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.descriptors import validation_error
-from serving.fronts.bionemo_protos import (
+from serving.fronts.bionemo_grpc.protos import (
     esm1nv_pb2,
     esm1nv_pb2_grpc,
     megamolbart_pb2,
