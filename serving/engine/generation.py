@@ -13,7 +13,7 @@ import numpy as np
 
 from model_catalog import Capability, GraphRole
 from preprocessing import SmilesTokenizer
-from preprocessing.decoding import BeamSearch, greedy, log_softmax, sample_top_k_top_p
+from serving.engine.next_token import BeamSearch, greedy, log_softmax, sample_top_k_top_p
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from serving.engine.decode_batcher import DecodeBatcher, Latents, StepRows
 from serving.engine.encoding import EncoderEngine
