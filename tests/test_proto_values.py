@@ -1,4 +1,5 @@
-"""serving/fronts/bentoml/proto_values.py writes the Value protobuf's own json_format.ParseDict builds, for every kind of JSON."""
+"""serving/fronts/bentoml/proto_values.py writes the Value protobuf's own json_format.ParseDict builds, for every kind
+of JSON."""
 
 from __future__ import annotations
 

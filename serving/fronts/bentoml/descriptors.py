@@ -42,7 +42,7 @@ from serving.errors import (
 )
 from serving.fronts.bentoml.grpc_server import GrpcErrorReply, invocation_metadata
 from serving.fronts.bentoml.proto_values import to_value
-from serving.startup.settings import current_settings
+
 
 def field_path(location: tuple[str | int, ...]) -> str:
     """('sequences', 2) -> 'sequences[2]'; the empty location is the whole body."""
@@ -66,10 +66,9 @@ def _media_type_error(request: Request) -> ServiceError | None:
     return None
 
 
-async def _body(request: Request) -> bytes | ServiceError:
-    """The body, or a 413 as soon as it is known to be over the limit: from Content-Length, or while reading a
+async def _body(request: Request, limit: int) -> bytes | ServiceError:
+    """The body, or a 413 as soon as it is known to be over `limit` bytes: from Content-Length, or while reading a
     chunked one; nothing past the limit is read into memory."""
-    limit = current_settings().max_request_bytes
     too_large = PayloadTooLarge.at("body", f"is over the limit of {limit:,} bytes (BIONEMO_MAX_REQUEST_BYTES)")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -108,6 +107,15 @@ class _PublishesBentoMLSpec:
         return spec
 
 
+class _ReadsBody:
+    """Mixin for the input descriptors that read a body: one over `max_bytes` (BIONEMO_MAX_REQUEST_BYTES, handed in at
+    start-up) is a 413."""
+
+    def __init__(self, *, max_bytes: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.max_bytes = max_bytes
+
+
 def _integral_numbers(value: Any) -> Any:
     """A `google.protobuf.Value` holds every number as a double: 10 arrives as 10.0. JSON text of the same numbers
     writes the integral ones as integers, so that strict integer fields accept them, as they do over HTTP."""
@@ -127,13 +135,13 @@ def _proto_json(field: struct_pb2.Value | bytes) -> bytes:
     return json.dumps(_integral_numbers(json_format.MessageToDict(field)), allow_nan=False).encode()
 
 
-class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
+class ValidatedJSON(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
     async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
         if error := _media_type_error(request):
             return error
-        body = await _body(request)
+        body = await _body(request, self.max_bytes)
         if isinstance(body, ServiceError):
             return body
         return self.validated(body)
@@ -152,13 +160,13 @@ class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
             return validation_error(error)
 
 
-class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray):
+class ValidatedNdarray(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.NumpyNdarray):
     """A JSON array of numbers, rectangular, finite and of the declared rank; or the `ServiceError` saying why not."""
 
     async def from_http_request(self, request: Request) -> np.ndarray | ServiceError:
         if error := _media_type_error(request):
             return error
-        body = await _body(request)
+        body = await _body(request, self.max_bytes)
         if isinstance(body, ServiceError):
             return body
         try:
@@ -199,15 +207,11 @@ class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON):
         return None
 
 
-def _carries_admin_token(authorization: str) -> bool:
-    """`authorization` (the HTTP header, or the gRPC metadata of that name) is `Bearer <BIONEMO_ADMIN_TOKEN>`."""
-    expected = current_settings().admin_token
+def _carries_token(authorization: str, expected: str) -> bool:
+    """`authorization` (the HTTP header, or the gRPC metadata of that name) is `Bearer <expected>`."""
     scheme, _, credentials = authorization.partition(" ")
-    return (
-        expected is not None
-        and scheme.lower() == "bearer"
-        and hmac.compare_digest(credentials.strip().encode(), expected.encode())  # in constant time
-    )
+    # in constant time
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), expected.encode())
 
 
 _NO_ADMIN_TOKEN = Unauthorized.at(
@@ -216,15 +220,20 @@ _NO_ADMIN_TOKEN = Unauthorized.at(
 
 
 class _AdminOnly:
-    """Mixin for the admin endpoints' input descriptors: without the admin token a 401, before the body is read."""
+    """Mixin for the admin endpoints' input descriptors: without the admin token (BIONEMO_ADMIN_TOKEN, handed in at
+    start-up) a 401, before the body is read."""
+
+    def __init__(self, *, token: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.token = token
 
     async def from_http_request(self, request: Request) -> Any:
-        if not _carries_admin_token(request.headers.get("authorization", "")):
+        if not _carries_token(request.headers.get("authorization", ""), self.token):
             return _NO_ADMIN_TOKEN
         return await super().from_http_request(request)  # type: ignore[misc]
 
     async def from_proto(self, field: Any) -> Any:
-        if not _carries_admin_token(invocation_metadata().get("authorization", "")):
+        if not _carries_token(invocation_metadata().get("authorization", ""), self.token):
             return _NO_ADMIN_TOKEN
         return await super().from_proto(field)  # type: ignore[misc]
 
@@ -240,7 +249,7 @@ class AdminNoInput(_AdminOnly, NoInput):
 class _RendersErrors:
     """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
 
-    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/fronts/openai_api.py);
+    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/fronts/openai/routes.py);
     the status is always the one of serving/errors.py.
     """
 
