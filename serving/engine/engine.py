@@ -37,25 +37,31 @@ class Engine:
         self.generator = MoleculeGenerator(registry, graphs, self.encoder)
 
     async def embed(self, asked: EmbedInput) -> Embeddings:
+        """One vector per input: the mean of its residues' states, or its <cls> state."""
         self.limits.check_count("sequences", asked.sequences)
         return await self.encoder.embed(asked)
 
     async def hidden(self, asked: HiddenInput) -> HiddenStates:
+        """Every token's hidden states, and the mask of real tokens."""
         self.limits.check_count("sequences", asked.sequences)
         return await self.encoder.hidden(asked)
 
     async def logits(self, asked: SequencesInput) -> LogProbs:
+        """Log-probabilities of the 20 amino acids at every residue."""
         self.limits.check_count("sequences", asked.sequences)
         return await self.language_model.logits(asked)
 
     async def score(self, asked: ScoreInput) -> Scores:
-        return await self.language_model.score(asked)  # one sequence; its passes are bounded instead
+        """Variant-effect scores of one wild type; its model passes are bounded, not its one sequence."""
+        return await self.language_model.score(asked)
 
     async def contacts(self, asked: SequencesInput) -> ContactMaps:
+        """Contact probabilities between every pair of residues."""
         self.limits.check_count("sequences", asked.sequences)
         return await self.language_model.contacts(asked)
 
     async def decode(self, asked: DecodeInput) -> Decoded:
+        """Latents back to SMILES, greedily."""
         self.limits.check_count("hiddens", asked.hiddens)
         return await self.generator.decode(asked)
 
@@ -65,5 +71,6 @@ class Engine:
         return await self.generator.decode_array(hidden_states)
 
     async def generate(self, asked: GenerateInput) -> Generated:
+        """New molecules around seed SMILES."""
         self.limits.check_count("smiles", asked.smiles)
         return await self.generator.generate(asked)
