@@ -87,7 +87,7 @@ class GrpcEmbedder:
 
     def __init__(self, url: str) -> None:
         # The stubs first, unsorted: BentoML's own import google.protobuf.service, which protobuf 6 no longer has.
-        import serving.fronts.bentoml_grpc_stubs  # noqa: F401, I001  (BentoML's stubs for the protobuf installed)
+        import serving.fronts.bentoml.grpc_stubs  # noqa: F401, I001  (BentoML's stubs for the protobuf installed)
         from bentoml.grpc.v1 import service_pb2, service_pb2_grpc
 
         self.messages = service_pb2

@@ -18,7 +18,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from model_catalog import MODELS
 from preprocessing import SmilesTokenizer
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
-from serving.protocol import GenerateRequest
+from serving.fronts.native.protocol import GenerateRequest
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "megamolbart"
 

@@ -121,10 +121,6 @@ class ProteinTokenizer:
         residues = len(sequence) - (sequence.count(mask) * (len(mask) - 1) if mask else 0)
         return residues > self.max_residues
 
-    def batch(self, sequences: list[str]) -> TokenBatch:
-        """Tokenize and right-pad `sequences`; the first bad sequence raises `SequenceError`."""
-        return self.pad([self.encode(sequence, index) for index, sequence in enumerate(sequences)])
-
     def wrap(self, content_ids: np.ndarray) -> np.ndarray:
         """The model input for a run of residue tokens: prefix + residues + suffix."""
         return np.concatenate((self.prefix_ids, content_ids, self.suffix_ids))

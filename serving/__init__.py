@@ -1,10 +1,11 @@
-"""The service's logic, kept apart from the BentoML router in `service.py`, in one folder per role:
+"""The service's logic, wired together by `service.py`, in one folder per role:
 
-- `fronts/`: one adapter per API dialect over the engine (BentoML's HTTP and gRPC, BioNeMo's gRPC, OpenAI's);
-- `engine/`: tokenize, run the graphs, post-process (encoding, generation, decode batching);
+- `fronts/`: one folder per API dialect over the engine (the native API, OpenAI's, BioNeMo's gRPC), and the BentoML
+  transport they share (IO descriptors, endpoint registration, /schema.json, the gRPC interceptor and stubs);
+- `engine/`: what every front calls: its inputs and results, the request limits, the calls to Triton's graphs,
+  encoding, the protein language model, generation (next-token choice, decode batching);
 - `triton/`: the models Triton serves, the calls to it through the runner, tritonserver's options;
 - `startup/`: settings, the launcher, the runtime each graph runs on this machine.
 
-`protocol.py` (the request and response types), `errors.py` (typed errors and their statuses) and `metrics.py`
-are shared by all of them.
+`errors.py` (typed errors, their HTTP statuses and gRPC codes) and `metrics.py` are shared by all of them.
 """

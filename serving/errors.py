@@ -111,7 +111,7 @@ GRPC_STATUS: dict[type[ServiceError], grpc.StatusCode] = {
     Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-"""The gRPC code of each error, for every gRPC front (serving/fronts/bentoml_grpc.py); the details are `str(error)`."""
+"""The gRPC code of each error, for every gRPC front (serving/fronts/bentoml/grpc_server.py); the details are `str(error)`."""
 
 ERROR_TYPES: dict[type[ServiceError], str] = {
     Unauthorized: "unauthorized",

@@ -2,7 +2,7 @@
 
 Every family of the service is defined here and recorded where the value is
 known: requests, statuses and latency where endpoints are registered
-(serving/fronts/bentoml_http.py), sequences, tokens and padding in the encoder engine,
+(serving/fronts/bentoml/endpoints.py), sequences, tokens and padding in the engine's graph calls,
 rows per decoder step in the decode batcher, requests in flight in admission,
 Triton look-ups in the model registry. So every front over the engine (REST,
 OpenAI's /v1, others) is counted the same way.

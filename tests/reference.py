@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, EsmForMaskedLM, EsmModel, MBartForCondit
 from transformers.modeling_outputs import BaseModelOutput
 
 from model_catalog import MODELS, Architecture
-from preprocessing.decoding import BeamSearch, log_softmax
+from serving.engine.next_token import BeamSearch, log_softmax
 from preprocessing.smiles import SmilesTokenizer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -32,7 +32,10 @@ BAD_INPUTS = [
         id="truncate-checks-the-whole-sequence",
     ),
     pytest.param({"sequences": ["A" * 511], "model": "esm1nv"}, 422, "sequences[0]", "at most 510", id="too-long-esm1"),
-    pytest.param({"sequences": ["MKT"] * 65}, 422, "sequences", "at most 64 items", id="too-many"),
+    pytest.param(
+        {"sequences": ["MKT"] * 65}, 422, "sequences",
+        "has 65 items; at most 64 in one request (BIONEMO_MAX_SEQUENCES_PER_REQUEST)", id="too-many",
+    ),
     pytest.param({"sequences": ["MKT"], "model": "esm9"}, 422, "model", "'esm9' is not served", id="unknown-model"),
     pytest.param({"sequences": ["MKT"], "model": 3}, 422, "model", "valid string", id="model-not-string"),
     # Names and versions are looked up among the models Triton serves, never joined into a path.

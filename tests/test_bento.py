@@ -230,7 +230,7 @@ def test_tritonserver_listens_on_loopback_only(entrypoint_service: RunningServic
 
 def test_entrypoint_serve_grpc_serves_the_built_bento_on_bentomls_grpc_server(bento_home: Path, cpu_bento: Path) -> None:
     """`docker run IMAGE serve-grpc --triton-options ...`: BentoML's gRPC server, the same settings and Triton options."""
-    import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before BentoML's gRPC client)
+    import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's gRPC client)
     from bentoml.client import Client
 
     running = start_service(

@@ -27,7 +27,7 @@ ADMIN = {"Authorization": f"Bearer {secrets.token_hex(32)}"}
 
 
 def error_keys(path: str) -> set[str]:
-    """The service's one error shape; OpenAI's under /v1 (serving/fronts/openai_api.py)."""
+    """The service's one error shape; OpenAI's under /v1 (serving/fronts/openai/routes.py)."""
     return {"message", "type", "param", "code"} if path.startswith("/v1/") else {"type", "message", "details"}
 
 

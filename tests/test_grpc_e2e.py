@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from reference import TransformersReference
 
-import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
+import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from preprocessing.smiles import SmilesTokenizer
 
 ADMIN_TOKEN = "grpc-admin-token-" + "0" * 32
@@ -189,7 +189,7 @@ def test_reflection_lists_bentoservice_and_bionemo_services(channel: grpc.Channe
 def bionemo_stubs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[ModuleType, ModuleType]]:
     """Client stubs generated from the .proto files alone, as a user of BioNeMo generates them from its own."""
     out = tmp_path_factory.mktemp("bionemo_stubs")
-    protos = sorted((ROOT / "serving" / "fronts" / "bionemo_protos").glob("*.proto"))
+    protos = sorted((ROOT / "serving" / "fronts" / "bionemo_grpc" / "protos").glob("*.proto"))
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{protos[0].parent}", f"--python_out={out}", f"--grpc_python_out={out}",
          *(proto.name for proto in protos)],

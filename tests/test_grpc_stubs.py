@@ -18,11 +18,11 @@ def test_bentoml_uses_the_stubs_generated_for_the_pinned_protobuf() -> None:
     """Its own stubs for a protobuf other than 4.x import `google.protobuf.service`, gone from protobuf 6."""
     import importlib
 
-    import serving.fronts.bentoml_grpc_stubs
+    import serving.fronts.bentoml.grpc_stubs
 
     assert protobuf_version.startswith("6.")
     for version in ("v1", "v1alpha1"):
         for module in ("service_pb2", "service_pb2_grpc"):
-            ours = importlib.import_module(f"{serving.fronts.bentoml_grpc_stubs.__name__}.{version}_{module}")
+            ours = importlib.import_module(f"{serving.fronts.bentoml.grpc_stubs.__name__}.{version}_{module}")
             assert importlib.import_module(f"bentoml.grpc.{version}.{module}") is ours
         assert ours.BentoServiceStub  # the servicer and client BentoML's server and client build on

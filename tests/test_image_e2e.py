@@ -32,7 +32,7 @@ from conftest import ROOT, STARTUP_TIMEOUT_S, stop_with_requests_in_flight
 from reference import TransformersReference
 from s3_store import s3_store
 
-import serving.fronts.bentoml_grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
+import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from container.engine import engine, engine_environment, missing_tools
 from container.image import STAND_IN
 from model_catalog import Target

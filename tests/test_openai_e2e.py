@@ -100,7 +100,10 @@ BAD_REQUESTS = [
     ({"model": "esm2nv", "input": ["MKT", "A", ""]}, "input[2]", "sequence is empty"),
     ({"model": "esm2nv", "input": ["A" * 1023]}, "input[0]", "at most 1022"),
     ({"model": "megamolbart", "input": ["CCO", "C(("]}, "input[1]", "not a valid SMILES"),
-    ({"model": "esm2nv", "input": ["MKT"] * 65}, "input", "at most 64 items"),
+    (
+        {"model": "esm2nv", "input": ["MKT"] * 65}, "input",
+        "has 65 items; at most 64 in one request (BIONEMO_MAX_SEQUENCES_PER_REQUEST)",
+    ),
 ]
 
 

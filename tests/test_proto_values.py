@@ -1,4 +1,5 @@
-"""serving/fronts/proto_values.py writes the Value protobuf's own json_format.ParseDict builds, for every kind of JSON."""
+"""serving/fronts/bentoml/proto_values.py writes the Value protobuf's own json_format.ParseDict builds, for every kind
+of JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from serving.fronts.proto_values import to_value
+from serving.fronts.bentoml.proto_values import to_value
 
 CASES: list[Any] = [
     None, True, False, 0, -1, 1.5, -0.0, 1e308, 1e-300, 2**60, "", "é ✓", [], {}, [True, 1, None], [1, 2.5, 3],

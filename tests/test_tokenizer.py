@@ -53,7 +53,7 @@ def test_ids_match_transformers(kind: TokenizerKind, pair: tuple[ProteinTokenize
 
 def test_padded_batch_matches_transformers(kind: TokenizerKind, pair: tuple[ProteinTokenizer, object]) -> None:
     ours, theirs = pair
-    batch = ours.batch(SEQUENCES)
+    batch = ours.pad([ours.encode(sequence, index) for index, sequence in enumerate(SEQUENCES)])
     expected = theirs([reference_text(kind, s) for s in SEQUENCES], padding=True, return_tensors="np")
     np.testing.assert_array_equal(batch.input_ids, expected["input_ids"])
     np.testing.assert_array_equal(batch.attention_mask, expected["attention_mask"])
@@ -80,7 +80,7 @@ def test_lower_case_reads_as_upper_case() -> None:
 def test_bad_sequences_name_the_problem(sequence: str, message: str) -> None:
     tokenizer = ProteinTokenizer(tokenizer_for(MODELS["esm2nv"]).vocabulary, max_residues=10)
     with pytest.raises(SequenceError, match=message) as raised:
-        tokenizer.batch(["MK", sequence])
+        [tokenizer.encode(each, index) for index, each in enumerate(["MK", sequence])]
     assert raised.value.index == 1
 
 

@@ -3,8 +3,8 @@
     python -m tools.grpc_stubs
 
 - BentoML's own `bentoml/grpc/<version>/service.proto`, from the installed bentoml, into
-  `serving/fronts/bentoml_grpc_stubs/<version>_service_pb2*.py` (why: serving/fronts/bentoml_grpc_stubs/__init__.py);
-- BioNeMo's GenerativeSampler protocols, `serving/fronts/bionemo_protos/*.proto`, into `serving/fronts/bionemo_protos/*_pb2*.py`.
+  `serving/fronts/bentoml/grpc_stubs/<version>_service_pb2*.py` (why: serving/fronts/bentoml/grpc_stubs/__init__.py);
+- BioNeMo's GenerativeSampler protocols, `serving/fronts/bionemo_grpc/protos/*.proto`, into `*_pb2*.py` beside them.
 
 The stubs are committed rather than generated at install, so that the bento and the image need no protoc;
 tests/test_grpc_stubs.py generates them again and fails if a committed one differs.
@@ -20,8 +20,8 @@ from pathlib import Path
 import bentoml
 
 ROOT = Path(__file__).resolve().parent.parent
-BENTOML_STUBS = ROOT / "serving" / "fronts" / "bentoml_grpc_stubs"
-BIONEMO_PROTOS = ROOT / "serving" / "fronts" / "bionemo_protos"
+BENTOML_STUBS = ROOT / "serving" / "fronts" / "bentoml" / "grpc_stubs"
+BIONEMO_PROTOS = ROOT / "serving" / "fronts" / "bionemo_grpc" / "protos"
 BENTOML_VERSIONS = ("v1", "v1alpha1")
 
 

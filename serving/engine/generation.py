@@ -1,4 +1,5 @@
-"""/decode and /generate: greedy decoding, sampling and beam search over MegaMolBART's decoder-step graph.
+"""Decoding latents back to SMILES and generating new molecules: greedy decoding, sampling and beam search over
+MegaMolBART's decoder-step graph.
 
 Each request's decoding is driven by the worker's `DecodeBatcher`, which sends
 the live rows of every request in flight to Triton in one step.
@@ -7,29 +8,22 @@ the live rows of every request in flight to Triton in one step.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from model_catalog import Capability, GraphRole
 from preprocessing import SmilesTokenizer
-from preprocessing.decoding import BeamSearch, greedy, log_softmax, sample_top_k_top_p
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from serving.engine.decode_batcher import DecodeBatcher, Latents, StepRows
-from serving.engine.encoding import EncoderEngine
+from serving.engine.encoding import Encoder
+from serving.engine.graphs import GraphCalls
+from serving.engine.inputs import DEFAULT_MAX_DECODE_LENGTH, MEGAMOLBART, DecodeInput, DecodingMethod, GenerateInput
+from serving.engine.next_token import BeamSearch, greedy, log_softmax, sample_top_k_top_p
+from serving.engine.results import Decoded, Generated, GeneratedMolecule, SeedSamples
 from serving.errors import FieldProblem, InvalidRequest
-from serving.protocol import (
-    DEFAULT_MAX_DECODE_LENGTH,
-    MEGAMOLBART,
-    DecodeRequest,
-    DecodeResponse,
-    DecodingMethod,
-    GenerateRequest,
-    GenerateResponse,
-    GenerateResult,
-    Molecule,
-)
 from serving.triton.models import ServedModel
+from serving.triton.registry import ModelRegistry
 
 
 class TokenByToken:
@@ -96,17 +90,22 @@ class BeamDecoding:
 
 
 class MoleculeGenerator:
-    def __init__(self, engine: EncoderEngine) -> None:
-        self.engine = engine
+    """Runs the decoder for every request in flight; one instance per API worker."""
+
+    def __init__(self, registry: ModelRegistry, graphs: GraphCalls, encoder: Encoder) -> None:
+        """`encoder` encodes the seed molecules of a generation."""
+        self.registry, self.graphs, self.encoder = registry, graphs, encoder
         self._batchers: dict[tuple[str, int], DecodeBatcher] = {}
 
-    async def decode(self, request: DecodeRequest) -> DecodeResponse:
-        model = await self.engine.model(request.model, Capability.DECODE, request.model_version)
-        return await self._decode_latents(model, _latents_from_request(request, model.sizes["hidden_size"]), request.max_length)
+    async def decode(self, asked: DecodeInput) -> Decoded:
+        """The greedy decoding of each latent, in input order."""
+        model = await self.registry.model(asked.model, Capability.DECODE, asked.model_version)
+        latents = _checked_latents(asked.hiddens, asked.mask, model.sizes["hidden_size"])
+        return await self._decode_latents(model, latents, asked.max_length)
 
-    async def decode_array(self, hidden_states: np.ndarray) -> DecodeResponse:
+    async def decode_array(self, hidden_states: np.ndarray) -> Decoded:
         """Decode a [batch, length, dim] array with the default model; all-zero vectors are padding, as /hidden pads."""
-        model = await self.engine.model(MEGAMOLBART, Capability.DECODE)
+        model = await self.registry.model(MEGAMOLBART, Capability.DECODE)
         if hidden_states.shape[2] != model.sizes["hidden_size"]:
             raise InvalidRequest.at("body", f"has vectors of {hidden_states.shape[2]} values; {model.name} needs {model.sizes['hidden_size']}")
         mask = hidden_states.any(axis=2).astype(np.int64)
@@ -115,42 +114,44 @@ class MoleculeGenerator:
             raise InvalidRequest.at(f"body[{empty[0]}]", "is all zeros: no position to decode from")
         return await self._decode_latents(model, Latents(hidden_states, mask), DEFAULT_MAX_DECODE_LENGTH)
 
-    async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> DecodeResponse:
+    async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:
         tokenizer = self._tokenizer(model)
         ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
-        return DecodeResponse(model=model.name, model_version=model.version, smiles=[tokenizer.decode(row) for row in ids])
+        return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids])
 
-    async def generate(self, request: GenerateRequest) -> GenerateResponse:
-        model = await self.engine.model(request.model, Capability.GENERATE, request.model_version)
-        seed = request.seed if request.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+    async def generate(self, asked: GenerateInput) -> Generated:
+        """`num_samples` molecules per seed, each seed's latent perturbed by Gaussian noise of `scaled_radius`, then
+        decoded by `method`; reproducible with the same `seed`."""
+        model = await self.registry.model(asked.model, Capability.GENERATE, asked.model_version)
+        seed = asked.seed if asked.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         rng = np.random.default_rng(seed)
-        encoded = await self.engine.encode(model, request.smiles, field="smiles")
+        encoded = await self.encoder.encode(model, asked.smiles, field="smiles")
         # Every seed molecule's latent, repeated per sample and perturbed by scaled Gaussian noise.
-        states = np.repeat(encoded.hidden_states, request.num_samples, axis=0)
-        mask = np.repeat(encoded.attention_mask, request.num_samples, axis=0)
-        noise = rng.standard_normal(states.shape).astype(np.float32) * np.float32(request.scaled_radius)
+        states = np.repeat(encoded.hidden_states, asked.num_samples, axis=0)
+        mask = np.repeat(encoded.attention_mask, asked.num_samples, axis=0)
+        noise = rng.standard_normal(states.shape).astype(np.float32) * np.float32(asked.scaled_radius)
         latents = Latents((states + noise) * mask[:, :, None], mask)
         tokenizer = self._tokenizer(model)
         decoding: TokenByToken | BeamDecoding
-        if request.method is DecodingMethod.BEAM:
-            decoding = BeamDecoding(latents, request.max_length, request.beam_size, tokenizer)
-        elif request.method is DecodingMethod.TOPKP:
+        if asked.method is DecodingMethod.BEAM:
+            decoding = BeamDecoding(latents, asked.max_length, asked.beam_size, tokenizer)
+        elif asked.method is DecodingMethod.TOPKP:
             choose = functools.partial(
-                sample_top_k_top_p, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p, rng=rng
+                sample_top_k_top_p, temperature=asked.temperature, top_k=asked.top_k, top_p=asked.top_p, rng=rng
             )
-            decoding = TokenByToken(latents, request.max_length, choose, tokenizer)
+            decoding = TokenByToken(latents, asked.max_length, choose, tokenizer)
         else:
-            decoding = TokenByToken(latents, request.max_length, greedy, tokenizer)
+            decoding = TokenByToken(latents, asked.max_length, greedy, tokenizer)
         ids = await self._run(model, decoding)
         generated = [tokenizer.decode(row) for row in ids]
         results = []
-        for index, seed_smiles in enumerate(request.smiles):
-            samples = generated[index * request.num_samples : (index + 1) * request.num_samples]
-            results.append(GenerateResult(seed_smiles=seed_smiles, samples=[_molecule(s, seed_smiles) for s in samples]))
-        return GenerateResponse(model=model.name, model_version=model.version, seed=seed, results=results)
+        for index, seed_smiles in enumerate(asked.smiles):
+            samples = generated[index * asked.num_samples : (index + 1) * asked.num_samples]
+            results.append(SeedSamples(seed_smiles, [_molecule(sample, seed_smiles) for sample in samples]))
+        return Generated(model.name, model.version, seed, results)
 
     def _tokenizer(self, model: ServedModel) -> SmilesTokenizer:
-        tokenizer = self.engine.tokenizers[model.name]
+        tokenizer = self.encoder.tokenizers[model.name]
         assert isinstance(tokenizer, SmilesTokenizer), f"{model.name} decodes but has no SMILES tokenizer"
         return tokenizer
 
@@ -160,39 +161,45 @@ class MoleculeGenerator:
         if key not in self._batchers:
 
             async def step(arrays: dict[str, np.ndarray]) -> np.ndarray:
-                return await self.engine.infer(model, GraphRole.DECODER, arrays, "logits")
+                return await self.graphs.infer(model, GraphRole.DECODER, arrays, "logits")
 
             self._batchers[key] = DecodeBatcher(step, model.sizes["hidden_size"], model.name)
         await self._batchers[key].decode(decoding)
         return decoding.result()
 
 
-def _latents_from_request(request: DecodeRequest, hidden_size: int) -> Latents:
-    """Validate shapes the schema cannot express: [batch, length, hidden_size] and a matching mask."""
-    width = max(len(row) for row in request.hiddens)
+def _checked_latents(
+    hiddens: Sequence[Sequence[Sequence[float]]] | np.ndarray,
+    mask: Sequence[Sequence[int]] | np.ndarray,
+    hidden_size: int,
+) -> Latents:
+    """`hiddens` and `mask` as latents, checked for what no schema expresses: [batch, length, hidden_size] states, a
+    [batch, length] mask marking at least one position of each row, finite values; every problem named at once."""
+    width = max(len(row) for row in hiddens)
     problems = []
-    if len(request.mask) != len(request.hiddens):
-        problems.append(FieldProblem("mask", f"has {len(request.mask)} rows; hiddens has {len(request.hiddens)}"))
-    for index, row in enumerate(request.hiddens):
-        if not row or len(row) != width:
+    if len(mask) != len(hiddens):
+        problems.append(FieldProblem("mask", f"has {len(mask)} rows; hiddens has {len(hiddens)}"))
+    for index, row in enumerate(hiddens):
+        if len(row) == 0 or len(row) != width:
             problems.append(FieldProblem(f"hiddens[{index}]", f"has {len(row)} positions; every row needs {width}"))
         elif any(len(vector) != hidden_size for vector in row):
-            problems.append(FieldProblem(f"hiddens[{index}]", f"every vector needs {hidden_size} values (the model's hidden size)"))
-    for index, row in enumerate(request.mask[: len(request.hiddens)]):
+            problems.append(
+                FieldProblem(f"hiddens[{index}]", f"every vector needs {hidden_size} values (the model's hidden size)")
+            )
+    for index, row in enumerate(mask[: len(hiddens)]):
         if len(row) != width:
             problems.append(FieldProblem(f"mask[{index}]", f"has {len(row)} positions; hiddens rows have {width}"))
         elif not any(row):
             problems.append(FieldProblem(f"mask[{index}]", "marks no position as real"))
     if problems:
         raise InvalidRequest(problems)
-    return Latents(np.asarray(request.hiddens, dtype=np.float32), np.asarray(request.mask, dtype=np.int64))
+    states = np.asarray(hiddens, dtype=np.float32)
+    if not np.isfinite(states).all():
+        raise InvalidRequest.at("hiddens", "contains NaN or infinite values")
+    return Latents(states, np.asarray(mask, dtype=np.int64))
 
 
-def _molecule(smiles: str, seed_smiles: str) -> Molecule:
+def _molecule(smiles: str, seed_smiles: str) -> GeneratedMolecule:
     canonical = canonical_smiles(smiles)
-    return Molecule(
-        smiles=smiles,
-        valid=canonical is not None,
-        canonical=canonical,
-        tanimoto=tanimoto_similarity(smiles, seed_smiles) if canonical is not None else None,
-    )
+    valid = canonical is not None
+    return GeneratedMolecule(smiles, valid, canonical, tanimoto_similarity(smiles, seed_smiles) if valid else None)

@@ -1,8 +1,8 @@
 """/logits, /score and /contacts: a protein model's masked-LM log-probabilities, zero-shot variant-effect scores
 from them, and contact maps.
 
-Each runs one of the model's heads (`model_catalog.LANGUAGE_MODEL`, `CONTACTS`) through
-the encoder engine: its tokenizer, its validation and its batching. The masked
+Each runs one of the model's heads (`model_catalog.LANGUAGE_MODEL`, `CONTACTS`) with
+the encoder's tokenizing and validation and the graph calls' batching. The masked
 copies a score needs are ordinary rows of one length, sent without bucket
 padding, and Triton's dynamic batcher merges them like any other work.
 """
@@ -14,88 +14,69 @@ from collections.abc import Iterable
 import numpy as np
 
 from model_catalog import SCORED_AMINO_ACIDS, Capability, GraphRole
-from serving.engine.encoding import EncoderEngine
+from serving.engine.encoding import Encoder
+from serving.engine.graphs import GraphCalls
+from serving.engine.inputs import ScoreInput, ScoringMethod, SequencesInput
 from serving.engine.mutations import Variant, all_substitutions, apply, parse_variants
-from serving.engine.payloads import encode_arrays
+from serving.engine.results import ContactMaps, LogProbs, Scores
 from serving.errors import FieldProblem, InvalidRequest
-from serving.protocol import (
-    ContactsRequest,
-    ContactsResponse,
-    LogitsRequest,
-    LogitsResponse,
-    ScoreRequest,
-    ScoreResponse,
-    ScoringMethod,
-)
 from serving.triton.models import ServedModel
+from serving.triton.registry import ModelRegistry
 
 COLUMN = {amino_acid: column for column, amino_acid in enumerate(SCORED_AMINO_ACIDS)}
 
 
 class ProteinLanguageModel:
-    """Log-probabilities, variant scores and contacts; one instance per API worker, over its encoder engine."""
+    """Log-probabilities, variant scores and contacts; one instance per API worker."""
 
-    def __init__(self, engine: EncoderEngine, max_passes: int) -> None:
-        """`max_passes`: most model passes one /score request may take (BIONEMO_MAX_SCORE_PASSES)."""
-        self.engine, self.max_passes = engine, max_passes
+    def __init__(self, registry: ModelRegistry, graphs: GraphCalls, encoder: Encoder, max_passes: int) -> None:
+        """`max_passes`: most model passes one score request may take (BIONEMO_MAX_SCORE_PASSES)."""
+        self.registry, self.graphs, self.encoder, self.max_passes = registry, graphs, encoder, max_passes
 
-    async def logits(self, request: LogitsRequest) -> LogitsResponse:
-        model = await self.engine.model(request.model, Capability.LOGITS, request.model_version)
-        rows = self.engine.tokenize(model, request.sequences, truncate=request.truncate, masks=True)
-        tokenizer = self.engine.tokenizers[model.name]
+    async def logits(self, asked: SequencesInput) -> LogProbs:
+        """Each input's log-probabilities of the 20 amino acids at every residue; `<mask>` may stand for any."""
+        model = await self.registry.model(asked.model, Capability.LOGITS, asked.model_version)
+        rows = self.encoder.tokenize(model, asked.sequences, truncate=asked.truncate, masks=True)
+        tokenizer = self.encoder.tokenizers[model.name]
         first, after = len(tokenizer.prefix_ids), len(tokenizer.suffix_ids)
         residues = [
             log_probs[first : len(row) - after] for row, log_probs in zip(rows, await self.log_probs(model, rows))
         ]
-        return LogitsResponse(
-            model=model.name,
-            model_version=model.version,
-            encoding_format=request.encoding_format,
-            dtype=request.dtype,
-            log_probs=[encode_arrays(array[None], request.encoding_format, request.dtype)[0] for array in residues],
-            truncated=self.engine.truncated(model, request, masks=True),
-        )
+        return LogProbs(model.name, model.version, residues, self.encoder.truncated(model, asked, masks=True))
 
-    async def contacts(self, request: ContactsRequest) -> ContactsResponse:
-        model = await self.engine.model(request.model, Capability.CONTACTS, request.model_version)
-        rows = self.engine.tokenize(model, request.sequences, truncate=request.truncate)
-        maps = await self.engine.run_encoder(model, rows, "contacts", role=GraphRole.CONTACTS)
-        tokenizer = self.engine.tokenizers[model.name]
+    async def contacts(self, asked: SequencesInput) -> ContactMaps:
+        """Each input's contact probabilities between every pair of residues."""
+        model = await self.registry.model(asked.model, Capability.CONTACTS, asked.model_version)
+        rows = self.encoder.tokenize(model, asked.sequences, truncate=asked.truncate)
+        maps = await self.graphs.run_rows(model, rows, "contacts", role=GraphRole.CONTACTS)
+        tokenizer = self.encoder.tokenizers[model.name]
         specials = len(tokenizer.prefix_ids) + len(tokenizer.suffix_ids)
         residues = [contacts[: len(row) - specials, : len(row) - specials] for row, contacts in zip(rows, maps)]
-        return ContactsResponse(
-            model=model.name,
-            model_version=model.version,
-            encoding_format=request.encoding_format,
-            dtype=request.dtype,
-            contacts=[encode_arrays(array[None], request.encoding_format, request.dtype)[0] for array in residues],
-            truncated=self.engine.truncated(model, request),
-        )
+        return ContactMaps(model.name, model.version, residues, self.encoder.truncated(model, asked))
 
-    async def score(self, request: ScoreRequest) -> ScoreResponse:
-        model = await self.engine.model(request.model, Capability.SCORE, request.model_version)
-        (wild_type,) = self.engine.tokenize(model, [request.sequence], field="sequence")
-        sequence = request.sequence.upper()
-        if request.scan:
+    async def score(self, asked: ScoreInput) -> Scores:
+        """The variants' scores, or the whole scan's; a 422 where they need more passes than `max_passes`."""
+        model = await self.registry.model(asked.model, Capability.SCORE, asked.model_version)
+        (wild_type,) = self.encoder.tokenize(model, [asked.sequence], field="sequence")
+        sequence = asked.sequence.upper()
+        if asked.scan:
             _require_standard(sequence)
-        variants = all_substitutions(sequence) if request.scan else parse_variants(request.mutations or [], sequence)
-        scorer = _SCORERS[request.method](self, model, sequence, wild_type)
+        variants = all_substitutions(sequence) if asked.scan else parse_variants(asked.mutations or [], sequence)
+        scorer = _SCORERS[asked.method](self, model, sequence, wild_type)
         passes = scorer.passes(variants)
         if passes > self.max_passes:
             raise InvalidRequest.at(
-                "scan" if request.scan else "mutations",
-                f"{request.method.value} needs {passes:,} model passes here; the limit is {self.max_passes:,} per request "
+                "scan" if asked.scan else "mutations",
+                f"{asked.method.value} needs {passes:,} model passes here; the limit is {self.max_passes:,} per request "
                 "(BIONEMO_MAX_SCORE_PASSES): send fewer variants or a cheaper method",
             )
         scores = await scorer.scores(variants)
-        if request.scan:
+        if asked.scan:
             matrix = np.zeros((len(sequence), len(SCORED_AMINO_ACIDS)))
             for (substitution,), score in zip(variants, scores):
                 matrix[substitution.position, COLUMN[substitution.mutant]] = score
             scores = matrix
-        return ScoreResponse(
-            model=model.name, model_version=model.version, method=request.method, scores=scores.tolist(), passes=passes
-        )
+        return Scores(model.name, model.version, asked.method, scores, passes)
 
     async def log_probs(
         self, model: ServedModel, rows: list[np.ndarray], positions: list[list[int]] | None = None
@@ -114,7 +95,7 @@ class ProteinLanguageModel:
             np.array(row_asked + row_asked[-1:] * (most[len(row)] - len(row_asked)))
             for row, row_asked in zip(rows, asked)
         ]
-        results = await self.engine.run_encoder(
+        results = await self.graphs.run_rows(
             model, rows, "log_probs", role=GraphRole.LANGUAGE_MODEL, exact_widths=True,
             row_inputs={"positions": row_positions},
         )  # fmt: skip
@@ -138,7 +119,7 @@ class _Scorer:
 
     def __init__(self, language_model: ProteinLanguageModel, model: ServedModel, sequence: str, wild_type: np.ndarray):
         self.language_model, self.model, self.sequence, self.wild_type = language_model, model, sequence, wild_type
-        tokenizer = language_model.engine.tokenizers[model.name]
+        tokenizer = language_model.encoder.tokenizers[model.name]
         self.first, self.mask_id = len(tokenizer.prefix_ids), tokenizer.mask_id
 
     def passes(self, variants: list[Variant]) -> int:
@@ -204,7 +185,7 @@ class _PseudoLikelihood(_Scorer):
     async def scores(self, variants: list[Variant]) -> np.ndarray:
         _require_standard(self.sequence)
         sequences = list(dict.fromkeys([self.sequence] + [apply(self.sequence, variant) for variant in variants]))
-        encoded = self.language_model.engine.tokenize(self.model, sequences, field="sequence")
+        encoded = self.language_model.encoder.tokenize(self.model, sequences, field="sequence")
         rows = [self.masked(ids, [position]) for ids in encoded for position in range(len(self.sequence))]
         asked = [self.tokens([position]) for _ in encoded for position in range(len(self.sequence))]
         log_probs = iter(await self.language_model.log_probs(self.model, rows, asked))

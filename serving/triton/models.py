@@ -19,7 +19,23 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
 from model_catalog import MODELS, Capability, GraphRole, GraphSpec, ModelDescription
-from serving.protocol import GraphRuntime
+
+
+@dataclass(frozen=True)
+class RuntimeRecord:
+    """What runs one graph and why, as its config records it (serving.startup.runtime_choice writes it)."""
+
+    triton_model: str
+    runtime: str
+    """onnxruntime, onnxruntime-fused, torchscript or openvino."""
+    chosen_by: str
+    """`measurement`, `BIONEMO_RUNTIME`, or `default` (onnxruntime, not timed)."""
+    cpu: str | None = None
+    threads: int | None = None
+    total_ms: dict[str, float] = field(default_factory=dict)
+    """Each runtime's milliseconds over the timed batch shapes."""
+    grown_mib: dict[str, float] = field(default_factory=dict)
+    """How many MiB each runtime's memory grew over its timed runs."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +77,21 @@ class TritonGraph:
             infer_inputs.append(infer_input)
         return infer_inputs
 
-    def runtime(self) -> GraphRuntime:
+    def runtime(self) -> RuntimeRecord:
         """The runtime the config records (serving.startup.runtime_choice) and its timings; onnxruntime where none is."""
         parameters = self.config.parameters
         if "runtime" not in parameters:
-            return GraphRuntime(triton_model=self.name, runtime="onnxruntime", chosen_by="default")
+            return RuntimeRecord(self.name, "onnxruntime", "default")
         timings = json.loads(parameters["runtime_timings"].string_value)
-        return GraphRuntime(triton_model=self.name, runtime=parameters["runtime"].string_value, **timings)
+        return RuntimeRecord(
+            self.name,
+            parameters["runtime"].string_value,
+            timings["chosen_by"],
+            timings.get("cpu"),
+            timings.get("threads"),
+            timings.get("total_ms", {}),
+            timings.get("grown_mib", {}),
+        )
 
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, and those the config

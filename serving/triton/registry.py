@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -26,7 +27,6 @@ from serving.errors import (
     UnknownModel,
 )
 from serving.metrics import MODEL_DISCOVERIES
-from serving.protocol import ModelInfo, ModelsResponse, RepositoryEntry
 from serving.triton.models import ServedModel, discover_models
 
 TRITON_ERRORS = (InferenceServerException, aiohttp.ClientError, ConnectionError)
@@ -37,6 +37,21 @@ TRITON_MODEL_OWNERS: dict[str, ModelDescription] = {
     description.triton_name(graph.role): description for description in MODELS.values() for graph in description.graphs
 }
 """The catalogued model each Triton model is a graph of."""
+
+
+@dataclass(frozen=True)
+class GraphState:
+    """One catalogued Triton model of the repository, loaded or not, as Triton reports it."""
+
+    model: str
+    """The catalogued model it is a graph of."""
+    triton_model: str
+    version: int | None
+    """None for a model Triton has not loaded."""
+    state: str
+    """READY, UNAVAILABLE, LOADING, UNLOADING."""
+    reason: str
+    """Why it is not ready, e.g. `unloaded`, or Triton's load error."""
 
 
 @contextmanager
@@ -133,12 +148,12 @@ class ModelRegistry:
             served = await self.served(rediscover=True)  # loaded since, perhaps through another worker
         return select_model(served, name, capability, version)
 
-    async def repository(self) -> list[RepositoryEntry]:
+    async def repository(self) -> list[GraphState]:
         """Every catalogued graph in Triton's model repository, loaded or not, with its state."""
         with triton_call("the model repository"):
             index = await self.runner.get_model_repository_index()
         return [
-            RepositoryEntry(
+            GraphState(
                 model=TRITON_MODEL_OWNERS[entry["name"]].name,
                 triton_model=entry["name"],
                 version=int(entry["version"]) if entry.get("version") else None,
@@ -149,25 +164,11 @@ class ModelRegistry:
             if entry["name"] in TRITON_MODEL_OWNERS
         ]
 
-    async def catalog(self) -> ModelsResponse:
-        """GET /models: what Triton serves now (rediscovered, so a change made through any worker shows)."""
+    async def served_now(self) -> list[ServedModel]:
+        """What Triton serves now, by name (rediscovered, so a change made through any worker shows): what the fronts
+        list as the served models."""
         served = await self.served(rediscover=True)
-        return ModelsResponse(
-            models=[
-                ModelInfo(
-                    name=name,
-                    version=model.version,
-                    versions=list(model.versions),
-                    summary=model.description.summary,
-                    capabilities=sorted(c.value for c in model.capabilities),
-                    max_length=model.description.max_length,
-                    hidden_size=model.sizes["hidden_size"],
-                    tokenizer=model.description.tokenizer.value,
-                    runtimes=[graph.runtime() for graph in model.graphs.values()],
-                )
-                for name, model in sorted(served.items())
-            ]
-        )
+        return [model for _, model in sorted(served.items())]
 
     async def load(self, description: ModelDescription) -> None:
         """Load (or reload) every graph of the model in Triton, all at once (Triton loads them on threads of its own,

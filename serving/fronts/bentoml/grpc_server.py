@@ -1,11 +1,11 @@
 """What every gRPC front of `bentoml serve-grpc` shares: typed errors as gRPC statuses, and the call's metadata.
 
 BentoML's `BentoService/Call` catches every `Exception` an API raises and answers INTERNAL (or a code it derives
-from an HTTP status, which cannot tell 503 overload from 503 Triton away). So the IO descriptors
-(serving/fronts/bentoml_http.py) raise a `ServiceError` wrapped in `GrpcErrorReply`, a `BaseException` that passes through
-BentoML's servicer, and `ServiceErrorInterceptor` answers it with the code `serving.errors.GRPC_STATUS` gives.
-The BioNeMo servicers (serving/fronts/bionemo_grpc.py) raise `ServiceError` itself. Either way the details are the same
-text as the HTTP error's message: the field and the item at fault.
+from an HTTP status, which cannot tell 503 overload from 503 Triton away). So the IO descriptors (descriptors.py)
+raise a `ServiceError` wrapped in `GrpcErrorReply`, a `BaseException` that passes through BentoML's servicer, and
+`ServiceErrorInterceptor` answers it with the code `serving.errors.GRPC_STATUS` gives. The BioNeMo servicers
+(serving/fronts/bionemo_grpc/) raise `ServiceError` itself. Either way the details are the same text as the HTTP
+error's message: the field and the item at fault.
 """
 
 from __future__ import annotations

@@ -1,25 +1,24 @@
-"""BentoML IO descriptors and endpoint registration in which every failure is a typed error in one JSON shape.
+"""BentoML IO descriptors in which every failure is a typed error in one JSON shape.
 
 BentoML's own descriptors answer a body that fails validation with a
 plain-text 400 and anything unexpected with a 500. Here the input descriptor
 hands a body it cannot use to the endpoint as a `ServiceError`, the endpoint
-returns any `ServiceError` instead of raising it, and the output descriptors
+(serving/fronts/bentoml/endpoints.py) returns any `ServiceError` instead of raising it, and the output descriptors
 render it as its status code and error body, whatever the success type.
 Each descriptor keeps the wire format of the BentoML one it extends, and says so
 in /docs.json, so that BentoML's own clients can call every API.
 
 The same descriptors serve `bentoml serve-grpc`'s `BentoService/Call`: `from_proto` reads the request's `json`
 (or `serialized_bytes`, JSON text) and `ndarray` fields through the same validation as an HTTP body, and
-`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml_grpc.py).
+`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml/grpc_server.py).
 """
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import bentoml
 import numpy as np
@@ -41,14 +40,8 @@ from serving.errors import (
     error_headers,
     http_status,
 )
-from serving.fronts.admission import Admission
-from serving.fronts.bentoml_grpc import GrpcErrorReply, invocation_metadata
-from serving.fronts.proto_values import to_value
-from serving.metrics import counted, model_label
-from serving.startup.settings import current_settings
-
-RequestT = TypeVar("RequestT")
-Handler = Callable[[RequestT], Awaitable[Any]]
+from serving.fronts.bentoml.grpc_server import GrpcErrorReply, invocation_metadata
+from serving.fronts.bentoml.proto_values import to_value
 
 
 def field_path(location: tuple[str | int, ...]) -> str:
@@ -73,10 +66,9 @@ def _media_type_error(request: Request) -> ServiceError | None:
     return None
 
 
-async def _body(request: Request) -> bytes | ServiceError:
-    """The body, or a 413 as soon as it is known to be over the limit: from Content-Length, or while reading a
+async def _body(request: Request, limit: int) -> bytes | ServiceError:
+    """The body, or a 413 as soon as it is known to be over `limit` bytes: from Content-Length, or while reading a
     chunked one; nothing past the limit is read into memory."""
-    limit = current_settings().max_request_bytes
     too_large = PayloadTooLarge.at("body", f"is over the limit of {limit:,} bytes (BIONEMO_MAX_REQUEST_BYTES)")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -115,6 +107,15 @@ class _PublishesBentoMLSpec:
         return spec
 
 
+class _ReadsBody:
+    """Mixin for the input descriptors that read a body: one over `max_bytes` (BIONEMO_MAX_REQUEST_BYTES, handed in at
+    start-up) is a 413."""
+
+    def __init__(self, *, max_bytes: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.max_bytes = max_bytes
+
+
 def _integral_numbers(value: Any) -> Any:
     """A `google.protobuf.Value` holds every number as a double: 10 arrives as 10.0. JSON text of the same numbers
     writes the integral ones as integers, so that strict integer fields accept them, as they do over HTTP."""
@@ -134,13 +135,13 @@ def _proto_json(field: struct_pb2.Value | bytes) -> bytes:
     return json.dumps(_integral_numbers(json_format.MessageToDict(field)), allow_nan=False).encode()
 
 
-class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
+class ValidatedJSON(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
     async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
         if error := _media_type_error(request):
             return error
-        body = await _body(request)
+        body = await _body(request, self.max_bytes)
         if isinstance(body, ServiceError):
             return body
         return self.validated(body)
@@ -159,13 +160,13 @@ class ValidatedJSON(_PublishesBentoMLSpec, bentoml.io.JSON):
             return validation_error(error)
 
 
-class ValidatedNdarray(_PublishesBentoMLSpec, bentoml.io.NumpyNdarray):
+class ValidatedNdarray(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.NumpyNdarray):
     """A JSON array of numbers, rectangular, finite and of the declared rank; or the `ServiceError` saying why not."""
 
     async def from_http_request(self, request: Request) -> np.ndarray | ServiceError:
         if error := _media_type_error(request):
             return error
-        body = await _body(request)
+        body = await _body(request, self.max_bytes)
         if isinstance(body, ServiceError):
             return body
         try:
@@ -206,15 +207,11 @@ class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON):
         return None
 
 
-def _carries_admin_token(authorization: str) -> bool:
-    """`authorization` (the HTTP header, or the gRPC metadata of that name) is `Bearer <BIONEMO_ADMIN_TOKEN>`."""
-    expected = current_settings().admin_token
+def _carries_token(authorization: str, expected: str) -> bool:
+    """`authorization` (the HTTP header, or the gRPC metadata of that name) is `Bearer <expected>`."""
     scheme, _, credentials = authorization.partition(" ")
-    return (
-        expected is not None
-        and scheme.lower() == "bearer"
-        and hmac.compare_digest(credentials.strip().encode(), expected.encode())  # in constant time
-    )
+    # in constant time
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), expected.encode())
 
 
 _NO_ADMIN_TOKEN = Unauthorized.at(
@@ -223,15 +220,20 @@ _NO_ADMIN_TOKEN = Unauthorized.at(
 
 
 class _AdminOnly:
-    """Mixin for the admin endpoints' input descriptors: without the admin token a 401, before the body is read."""
+    """Mixin for the admin endpoints' input descriptors: without the admin token (BIONEMO_ADMIN_TOKEN, handed in at
+    start-up) a 401, before the body is read."""
+
+    def __init__(self, *, token: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.token = token
 
     async def from_http_request(self, request: Request) -> Any:
-        if not _carries_admin_token(request.headers.get("authorization", "")):
+        if not _carries_token(request.headers.get("authorization", ""), self.token):
             return _NO_ADMIN_TOKEN
         return await super().from_http_request(request)  # type: ignore[misc]
 
     async def from_proto(self, field: Any) -> Any:
-        if not _carries_admin_token(invocation_metadata().get("authorization", "")):
+        if not _carries_token(invocation_metadata().get("authorization", ""), self.token):
             return _NO_ADMIN_TOKEN
         return await super().from_proto(field)  # type: ignore[misc]
 
@@ -247,7 +249,7 @@ class AdminNoInput(_AdminOnly, NoInput):
 class _RendersErrors:
     """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
 
-    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/fronts/openai_api.py);
+    `error_shape` writes the body: the service's own shape, or another API dialect's (serving/fronts/openai/routes.py);
     the status is always the one of serving/errors.py.
     """
 
@@ -278,7 +280,7 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
         return await super().to_http_response(obj, ctx)
 
     async def to_proto(self, obj: Any) -> Any:
-        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (serving/fronts/proto_values.py)."""
+        """The answer's JSON (enums as their values, as over HTTP) as a protobuf Value (proto_values.py)."""
         if isinstance(obj, BaseModel):
             return to_value(obj.model_dump(mode="json"))
         return await super().to_proto(obj)
@@ -286,35 +288,3 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
 
 class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarray):
     pass
-
-
-class Endpoints:
-    """Registers handlers on `service`, each run under `admission`; any `ServiceError` is answered as JSON.
-
-    Every answer is counted here (serving/metrics.py): by route, model and status, with its duration.
-    """
-
-    def __init__(self, service: bentoml.legacy.Service, admission: Admission) -> None:
-        self.service, self.admission = service, admission
-
-    def __call__(
-        self, route: str, input: bentoml.io.IODescriptor, output: bentoml.io.IODescriptor, model: str = ""
-    ) -> Callable[[Handler], Handler]:
-        """Register `handler(request) -> response` at `route`; `model` labels the metrics of requests that name none."""
-
-        def register(handler: Handler) -> Handler:
-            @functools.wraps(handler)
-            async def answer(parsed: Any) -> Any:
-                try:
-                    with counted(route, model_label(parsed, model)):
-                        if isinstance(parsed, ServiceError):
-                            raise parsed
-                        return await self.admission.run(handler(parsed))
-                except ServiceError as error:  # any other exception is a bug: BentoML answers it with a 500
-                    return error
-
-            del answer.__wrapped__  # BentoML inspects the signature: it must be (parsed)
-            self.service.api(input=input, output=output, route=route, doc=handler.__doc__)(answer)
-            return handler
-
-        return register

@@ -1,7 +1,6 @@
 """Choosing the next token from decoder logits: greedy, top-k/top-p sampling, and beam search.
 
-Pure numpy on one step's logits; the loop that calls the decoder lives in
-`serving/engine/generation.py`.
+Pure numpy on one step's logits; the loop that calls the decoder lives in generation.py.
 """
 
 from __future__ import annotations

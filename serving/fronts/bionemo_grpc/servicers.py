@@ -1,11 +1,11 @@
-"""BioNeMo 1.x's gRPC services (serving/fronts/bionemo_protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engines.
+"""BioNeMo 1.x's gRPC services (protos/*.proto) on `bentoml serve-grpc`: thin adapters over the engine.
 
 Code generated from BioNeMo's own `.proto` files (its InferenceWrapper with `GenerativeSamplerStub`) calls these
-unchanged. Each method turns its message into the request of the matching HTTP API, validated by the same pydantic
-model (serving/protocol.py), runs it on the same engine under the same admission (in-flight bound, deadline), and
-flattens the arrays with their `dim` as BioNeMo's servers did (and, like them, answers `smis` only from
-`HiddenToSmis`). Errors are the service's typed errors, answered with their gRPC
-code by serving/fronts/bentoml_grpc.py, and name the message's fields (`smis[2]`, `seqs[0]`, `hidden_states`).
+unchanged. Each method turns its message into the engine's input, runs it on the same engine as every other front
+under the same admission (in-flight bound, deadline), and flattens the arrays with their `dim` as BioNeMo's servers
+did (and, like them, answers `smis` only from `HiddenToSmis`). Errors are the service's typed errors, answered with
+their gRPC code by serving/fronts/bentoml/grpc_server.py, and name the message's fields (`smis[2]`, `seqs[0]`,
+`hidden_states`).
 """
 
 from __future__ import annotations
@@ -14,20 +14,16 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from types import ModuleType
-from typing import TypeVar
 
 import bentoml
 import grpc
 import numpy as np
-from pydantic import BaseModel, ValidationError
 
-from model_catalog import Capability
-from serving.engine.encoding import Encoded, EncoderEngine
-from serving.engine.generation import MEGAMOLBART, MoleculeGenerator
+from serving.engine.engine import Engine
+from serving.engine.inputs import MEGAMOLBART, DecodeInput, EmbedInput, HiddenInput
 from serving.errors import InvalidRequest, ServiceError
 from serving.fronts.admission import Admission
-from serving.fronts.bentoml_http import validation_error
-from serving.fronts.bionemo_protos import (
+from serving.fronts.bionemo_grpc.protos import (
     esm1nv_pb2,
     esm1nv_pb2_grpc,
     megamolbart_pb2,
@@ -36,9 +32,6 @@ from serving.fronts.bionemo_protos import (
     prott5nv_pb2_grpc,
 )
 from serving.metrics import counted
-from serving.protocol import DecodeRequest, EmbedRequest, HiddenRequest
-
-RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
 @contextlib.contextmanager
@@ -63,13 +56,6 @@ def _one_call(path: str, model: str, names: dict[str, str]) -> Iterator[None]:
         yield
 
 
-def _validated(request_type: type[RequestT], **values: object) -> RequestT:
-    try:
-        return request_type.model_validate(values)
-    except ValidationError as error:
-        raise validation_error(error) from None
-
-
 def _shape(dim: list[int], rank: int, field: str) -> tuple[int, ...]:
     if len(dim) != rank or min(dim, default=0) < 1:
         raise InvalidRequest.at("dim", f"is {list(dim)}; {field} needs {rank} positive sizes")
@@ -91,8 +77,8 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
 
     SMILES_FIELDS = {"sequences": "smis", "hiddens": "hidden_states", "mask": "masks"}
 
-    def __init__(self, engine: EncoderEngine, generator: MoleculeGenerator, admission: Admission) -> None:
-        self.engine, self.generator, self.admission = engine, generator, admission
+    def __init__(self, engine: Engine, admission: Admission) -> None:
+        self.engine, self.admission = engine, admission
 
     def _call(self, method: str) -> contextlib.AbstractContextManager[None]:
         return _one_call(_method_path(megamolbart_pb2, method), MEGAMOLBART, self.SMILES_FIELDS)
@@ -101,20 +87,19 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
         with self._call("SmilesToEmbedding"):
-            embed = _validated(EmbedRequest, sequences=list(request.smis), model=MEGAMOLBART)
-            vectors = (await self.admission.run(self.engine.embed(embed))).vectors
+            embedded = await self.admission.run(self.engine.embed(EmbedInput(list(request.smis), MEGAMOLBART)))
+        vectors = embedded.vectors
         return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
 
     async def SmilesToHidden(
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
         with self._call("SmilesToHidden"):
-            hidden = _validated(HiddenRequest, sequences=list(request.smis), model=MEGAMOLBART)
-            encoded = await self.admission.run(_encode(self.engine, hidden, "smis"))
+            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.smis), MEGAMOLBART)))
         return megamolbart_pb2.OutputSpec(
-            hidden_states=encoded.hidden_states.ravel().tolist(),
-            dim=encoded.hidden_states.shape,
-            masks=encoded.attention_mask.astype(bool).ravel().tolist(),
+            hidden_states=hidden.states.ravel().tolist(),
+            dim=hidden.states.shape,
+            masks=hidden.mask.astype(bool).ravel().tolist(),
         )
 
     async def HiddenToSmis(
@@ -133,8 +118,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
                 )
             states = np.asarray(request.hidden_states, dtype=np.float32).reshape(batch, length, hidden_size)
             mask = np.asarray(request.masks, dtype=np.int64).reshape(batch, length)
-            decode = _validated(DecodeRequest, hiddens=states.tolist(), mask=mask.tolist(), model=MEGAMOLBART)
-            decoded = await self.admission.run(self.generator.decode(decode))
+            decoded = await self.admission.run(self.engine.decode(DecodeInput(states, mask, MEGAMOLBART)))
         return megamolbart_pb2.OutputSpec(smis=decoded.smiles)
 
 
@@ -144,16 +128,15 @@ class ProteinSampler:
     messages: ModuleType
     """The package's generated messages (esm1nv's and prott5nv's have the same fields, in packages of their own)."""
 
-    def __init__(self, model: str, engine: EncoderEngine, admission: Admission) -> None:
+    def __init__(self, model: str, engine: Engine, admission: Admission) -> None:
         self.model, self.engine, self.admission = model, engine, admission
 
     async def SeqToEmbedding(
         self, request: esm1nv_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> esm1nv_pb2.OutputSpec:
         with _one_call(_method_path(self.messages, "SeqToEmbedding"), self.model, {"sequences": "seqs"}):
-            hidden = _validated(HiddenRequest, sequences=list(request.seqs), model=self.model)
-            encoded = await self.admission.run(_encode(self.engine, hidden, "seqs"))
-        states = encoded.hidden_states
+            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.seqs), self.model)))
+        states = hidden.states
         return self.messages.OutputSpec(embeddings=states.ravel().tolist(), dim=states.shape)
 
 
@@ -165,22 +148,10 @@ class ProtT5nvSampler(ProteinSampler, prott5nv_pb2_grpc.GenerativeSamplerService
     messages = prott5nv_pb2
 
 
-async def _encode(engine: EncoderEngine, request: HiddenRequest, field: str) -> Encoded:
-    """The hidden states and mask of /hidden for `request`, errors naming `field`."""
-    model = await engine.model(request.model, Capability.HIDDEN, request.model_version)
-    return await engine.encode(model, request.sequences, field, request.truncate)
-
-
-def mount(
-    service: bentoml.legacy.Service,
-    engine: EncoderEngine,
-    generator: MoleculeGenerator,
-    admission: Admission,
-    esm1nv_model: str,
-) -> None:
+def mount(service: bentoml.legacy.Service, engine: Engine, admission: Admission, esm1nv_model: str) -> None:
     """Mount the three services on `service`'s gRPC server; `esm1nv_model` answers the esm1nv package."""
     mounts = (
-        (functools.partial(MegaMolBARTSampler, engine, generator, admission), megamolbart_pb2, megamolbart_pb2_grpc),
+        (functools.partial(MegaMolBARTSampler, engine, admission), megamolbart_pb2, megamolbart_pb2_grpc),
         (functools.partial(Esm1nvSampler, esm1nv_model, engine, admission), esm1nv_pb2, esm1nv_pb2_grpc),
         (functools.partial(ProtT5nvSampler, "prott5nv", engine, admission), prott5nv_pb2, prott5nv_pb2_grpc),
     )

@@ -30,7 +30,7 @@ from pydantic import TypeAdapter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.fronts.bentoml_http import NoInput
+from serving.fronts.bentoml.descriptors import NoInput
 
 if t.TYPE_CHECKING:
     import bentoml

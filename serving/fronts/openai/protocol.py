@@ -1,16 +1,8 @@
-"""OpenAI's embeddings API as a dialect of this service: POST /v1/embeddings and GET /v1/models.
-
-A thin adapter for the pipelines and clients built on that API (OpenAI's own
-`openai` package, vector databases, LangChain): a request becomes an
-`EmbedRequest` for `EncoderEngine.embed`, so validation, tokenization and
-errors are the service's own. Only the names change (`input[i]` where /embed
-says `sequences[i]`) and the error body takes the shape OpenAI's clients parse;
-the status of every error is the one of serving/errors.py.
-"""
+"""Request and response types of OpenAI's embeddings API (POST /v1/embeddings, GET /v1/models), as OpenAI's clients
+send and read them."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,24 +13,13 @@ from pydantic import (
     PrivateAttr,
     StrictInt,
     StrictStr,
-    ValidationError,
     ValidatorFunctionWrapHandler,
     WithJsonSchema,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from model_catalog import Capability
-from serving.engine.encoding import EncoderEngine
-from serving.engine.payloads import encode_arrays
-from serving.errors import ERROR_TYPES, InvalidRequest, ServiceError, http_status
-from serving.fronts.bentoml_http import JSONOutput, validation_error
-from serving.protocol import EmbedRequest, EncodingFormat, FloatType
-from serving.triton.registry import ModelRegistry
-
-STARTED_AT = int(time.time())
-"""`created` of every model in GET /v1/models: when this API worker started (Triton keeps no creation time)."""
-OWNER = "bionemo"
+from serving.fronts.array_encoding import EncodingFormat
 
 
 def _is_token_ids(item: Any) -> bool:
@@ -62,6 +43,7 @@ def _strings_only(value: Any) -> Any:
 
 EmbeddingInput = Annotated[
     list[StrictStr],
+    Field(min_length=1),  # the most: the engine's limit, the same for every front
     BeforeValidator(_strings_only),
     WithJsonSchema(
         {
@@ -101,7 +83,7 @@ class OpenAIEmbeddingRequest(BaseModel):
         return request
 
     def field_name(self, field: str) -> str:
-        """This request's name for a field of the `EmbedRequest` it became: `sequences[i]` is `input[i]`."""
+        """This request's name for a field the engine names: `sequences[i]` is `input[i]`."""
         if not field.startswith("sequences"):
             return field
         item = field.removeprefix("sequences")
@@ -136,62 +118,3 @@ class OpenAIModel(BaseModel):
 class OpenAIModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[OpenAIModel]
-
-
-def openai_error_body(error: ServiceError) -> dict[str, Any]:
-    """`{"error": {"message", "type", "param", "code"}}`: OpenAI's error shape, which its clients read into their
-    exceptions. `param` is the first field at fault, `code` the service's own error type."""
-    return {
-        "error": {
-            "message": str(error),
-            "type": "invalid_request_error" if http_status(error) < 500 else "server_error",
-            "param": error.problems[0].field if error.problems else None,
-            "code": ERROR_TYPES[type(error)],
-        }
-    }
-
-
-class OpenAIJSONOutput(JSONOutput):
-    """A JSON answer whose errors are in OpenAI's shape."""
-
-    error_shape = staticmethod(openai_error_body)
-
-
-class OpenAIFront:
-    """/v1/embeddings and /v1/models over the engine and the registry that /embed and /models use."""
-
-    def __init__(self, engine: EncoderEngine, registry: ModelRegistry) -> None:
-        self.engine, self.registry = engine, registry
-
-    async def embeddings(self, request: OpenAIEmbeddingRequest) -> OpenAIEmbeddingResponse:
-        """The embeddings of /embed (mean pooling, float32) in OpenAI's shape; errors name the request's fields."""
-        try:
-            return await self._embeddings(request)
-        except ServiceError as error:
-            raise error.renamed(request.field_name) from None
-
-    async def _embeddings(self, request: OpenAIEmbeddingRequest) -> OpenAIEmbeddingResponse:
-        try:
-            embed = EmbedRequest(sequences=request.input, model=request.model, encoding_format=request.encoding_format)
-        except ValidationError as error:  # the limits of /embed's `sequences`: 1 to max_sequences_per_request
-            raise validation_error(error) from None
-        if request.dimensions is not None:
-            model = await self.engine.model(request.model, Capability.EMBED)
-            if request.dimensions != model.sizes["hidden_size"]:
-                raise InvalidRequest.at(
-                    "dimensions",
-                    f"{model.name} embeddings have {model.sizes['hidden_size']} dimensions, not {request.dimensions}; "
-                    "they cannot be shortened (leave dimensions out)",
-                )
-        embedded = await self.engine.embed(embed, offers_truncation=False)
-        vectors = encode_arrays(embedded.vectors, request.encoding_format, FloatType.FLOAT32)
-        return OpenAIEmbeddingResponse(
-            data=[OpenAIEmbedding(index=index, embedding=vector) for index, vector in enumerate(vectors)],
-            model=embedded.model.name,
-            usage=OpenAIUsage(prompt_tokens=embedded.tokens, total_tokens=embedded.tokens),
-        )
-
-    async def models(self) -> OpenAIModelList:
-        """The served models of GET /models in the shape of OpenAI's GET /v1/models."""
-        served = (await self.registry.catalog()).models
-        return OpenAIModelList(data=[OpenAIModel(id=model.name, created=STARTED_AT, owned_by=OWNER) for model in served])

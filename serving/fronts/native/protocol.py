@@ -1,14 +1,18 @@
-"""Request and response types of the public API; they are also its OpenAPI schema."""
+"""Request and response types of the native API; they are also its OpenAPI schema (/docs.json).
+
+The limit on how many sequences one request holds is not here but in the engine (serving/engine/limits.py), which
+enforces it for every front: the types are fixed at import, the settings read at start-up.
+"""
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from model_catalog import DEFAULT_MODEL, MODELS, SCORED_AMINO_ACIDS
-from serving.startup.settings import current_settings
+from serving.engine.inputs import DEFAULT_MAX_DECODE_LENGTH, MEGAMOLBART, DecodingMethod, Pooling, ScoringMethod
+from serving.fronts.array_encoding import EncodingFormat, FloatType
 
 
 class _Strict(BaseModel):
@@ -23,15 +27,9 @@ ModelVersion = Annotated[
 ]
 
 
-class Pooling(str, enum.Enum):
-    MEAN = "mean"
-    CLS = "cls"
-
-
 class SequencesRequest(_Strict):
     sequences: list[StrictStr] = Field(
         min_length=1,
-        max_length=current_settings().max_sequences_per_request,
         description="Protein sequences as one-letter amino-acid codes (either case), "
         "each within the model's length limit (see GET /models).",
         examples=[["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]],
@@ -43,16 +41,6 @@ class SequencesRequest(_Strict):
         description="A sequence over the model's length limit is a 422; with true, its first `max_length` residues "
         "(or SMILES tokens) are used instead, and the answer's `truncated` lists it.",
     )
-
-
-class EncodingFormat(str, enum.Enum):
-    FLOAT = "float"
-    BASE64 = "base64"
-
-
-class FloatType(str, enum.Enum):
-    FLOAT32 = "float32"
-    FLOAT16 = "float16"
 
 
 class VectorsRequest(SequencesRequest):
@@ -139,7 +127,6 @@ class HiddenResponse(BaseModel):
 class LogitsRequest(VectorsRequest):
     sequences: list[StrictStr] = Field(
         min_length=1,
-        max_length=current_settings().max_sequences_per_request,
         description="Protein sequences as one-letter amino-acid codes (either case); `<mask>` may stand for any residue.",
         examples=[["MSLKRKNIAL<mask>PAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]],
     )
@@ -179,12 +166,6 @@ class ContactsResponse(BaseModel):
         "array per sequence."
     )
     truncated: TruncatedIndices
-
-
-class ScoringMethod(str, enum.Enum):
-    MASKED_MARGINAL = "masked-marginal"
-    WILDTYPE_MARGINAL = "wildtype-marginal"
-    PSEUDO_LIKELIHOOD = "pseudo-likelihood"
 
 
 class ScoreRequest(_Strict):
@@ -293,28 +274,9 @@ class RepositoryResponse(BaseModel):
     entries: list[RepositoryEntry]
 
 
-class ErrorDetail(BaseModel):
-    field: str = Field(description="Where the problem is, e.g. `sequences[2]` or `model`.")
-    message: str
-
-
-class ErrorInfo(BaseModel):
-    type: str
-    message: str
-    details: list[ErrorDetail]
-
-
-class ErrorResponse(BaseModel):
-    """The body of every 4xx and 5xx answer."""
-
-    error: ErrorInfo
-
-
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 POSITIVE_IN_OPENAPI_3_0 = {"minimum": 0.0, "exclusiveMinimum": True}
 """`gt=0` as OpenAPI 3.0 (BentoML's document) writes it; pydantic writes JSON Schema's `exclusiveMinimum: 0.0`."""
-MEGAMOLBART = "megamolbart"
-DEFAULT_MAX_DECODE_LENGTH = 128
 
 
 class DecodeRequest(_Strict):
@@ -322,7 +284,6 @@ class DecodeRequest(_Strict):
     model_version: ModelVersion = None
     hiddens: list[list[list[FiniteFloat]]] = Field(
         min_length=1,
-        max_length=current_settings().max_sequences_per_request,
         description="[batch, length, dim] encoder hidden states, e.g. from /hidden.",
     )
     mask: list[list[Literal[0, 1]]] = Field(description="[batch, length]: 1 at real tokens, 0 at padding.")
@@ -335,18 +296,11 @@ class DecodeResponse(BaseModel):
     smiles: list[str] = Field(description="The greedy decoding of each latent, in input order.")
 
 
-class DecodingMethod(str, enum.Enum):
-    GREEDY = "greedy"
-    TOPKP = "topkp"
-    BEAM = "beam"
-
-
 class GenerateRequest(_Strict):
     model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can generate.")
     model_version: ModelVersion = None
     smiles: list[StrictStr] = Field(
         min_length=1,
-        max_length=current_settings().max_sequences_per_request,
         description="Seed molecules; each must parse with RDKit.",
         examples=[["CC(=O)Nc1ccc(O)cc1"]],
     )

@@ -1,0 +1,119 @@
+"""The engine's results, and the registry's records, as the native API's responses: arrays as JSON numbers or base64
+in the encoding and precision each request asked for."""
+
+from __future__ import annotations
+
+from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
+from serving.fronts.array_encoding import encode_arrays
+from serving.fronts.native.protocol import (
+    ContactsResponse,
+    DecodeResponse,
+    EmbedResponse,
+    GenerateResponse,
+    GraphRuntime,
+    HiddenResponse,
+    LogitsResponse,
+    ModelInfo,
+    ModelsResponse,
+    RepositoryEntry,
+    RepositoryResponse,
+    ScoreResponse,
+    VectorsRequest,
+)
+from serving.triton.models import RuntimeRecord, ServedModel
+from serving.triton.registry import GraphState
+
+
+def embed_response(embedded: Embeddings, asked: VectorsRequest) -> EmbedResponse:
+    return EmbedResponse(
+        model=embedded.model,
+        model_version=embedded.model_version,
+        dim=embedded.vectors.shape[-1],
+        encoding_format=asked.encoding_format,
+        dtype=asked.dtype,
+        embeddings=encode_arrays(embedded.vectors, asked.encoding_format, asked.dtype),
+        layers=embedded.layers,
+        truncated=embedded.truncated,
+    )
+
+
+def hidden_response(hidden: HiddenStates, asked: VectorsRequest) -> HiddenResponse:
+    return HiddenResponse(
+        model=hidden.model,
+        model_version=hidden.model_version,
+        dim=hidden.states.shape[-1],
+        encoding_format=asked.encoding_format,
+        dtype=asked.dtype,
+        hiddens=encode_arrays(hidden.states, asked.encoding_format, asked.dtype),
+        mask=hidden.mask.tolist(),
+        layers=hidden.layers,
+        truncated=hidden.truncated,
+    )
+
+
+def logits_response(log_probs: LogProbs, asked: VectorsRequest) -> LogitsResponse:
+    return LogitsResponse(
+        model=log_probs.model,
+        model_version=log_probs.model_version,
+        encoding_format=asked.encoding_format,
+        dtype=asked.dtype,
+        log_probs=encode_arrays(log_probs.log_probs, asked.encoding_format, asked.dtype),
+        truncated=log_probs.truncated,
+    )
+
+
+def contacts_response(contacts: ContactMaps, asked: VectorsRequest) -> ContactsResponse:
+    return ContactsResponse(
+        model=contacts.model,
+        model_version=contacts.model_version,
+        encoding_format=asked.encoding_format,
+        dtype=asked.dtype,
+        contacts=encode_arrays(contacts.contacts, asked.encoding_format, asked.dtype),
+        truncated=contacts.truncated,
+    )
+
+
+def score_response(scores: Scores) -> ScoreResponse:
+    return ScoreResponse(
+        model=scores.model,
+        model_version=scores.model_version,
+        method=scores.method,
+        scores=scores.scores.tolist(),
+        passes=scores.passes,
+    )
+
+
+def decode_response(decoded: Decoded) -> DecodeResponse:
+    return DecodeResponse(model=decoded.model, model_version=decoded.model_version, smiles=decoded.smiles)
+
+
+def generate_response(generated: Generated) -> GenerateResponse:
+    """Molecules and seeds have the response's field names: pydantic reads them from the dataclasses."""
+    return GenerateResponse.model_validate(generated, from_attributes=True)
+
+
+def models_response(served: list[ServedModel]) -> ModelsResponse:
+    return ModelsResponse(
+        models=[
+            ModelInfo(
+                name=model.name,
+                version=model.version,
+                versions=list(model.versions),
+                summary=model.description.summary,
+                capabilities=sorted(capability.value for capability in model.capabilities),
+                max_length=model.description.max_length,
+                hidden_size=model.sizes["hidden_size"],
+                tokenizer=model.description.tokenizer.value,
+                runtimes=[_runtime(graph.runtime()) for graph in model.graphs.values()],
+            )
+            for model in served
+        ]
+    )
+
+
+def _runtime(record: RuntimeRecord) -> GraphRuntime:
+    return GraphRuntime.model_validate(record, from_attributes=True)
+
+
+def repository_response(graphs: list[GraphState]) -> RepositoryResponse:
+    return RepositoryResponse(entries=[RepositoryEntry.model_validate(graph, from_attributes=True) for graph in graphs])

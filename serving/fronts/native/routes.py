@@ -1,0 +1,146 @@
+"""The native API's routes: each turns its validated request into the engine's input, calls the engine (or the
+registry) and renders the result (render.py). Over HTTP, and over `serve-grpc`'s BentoService/Call with the same
+descriptors."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import fields
+from typing import TypeVar
+
+import numpy as np
+from pydantic import BaseModel
+
+from model_catalog import MODELS
+from serving.engine.engine import Engine
+from serving.engine.inputs import (
+    MEGAMOLBART,
+    DecodeInput,
+    EmbedInput,
+    GenerateInput,
+    HiddenInput,
+    ScoreInput,
+    SequencesInput,
+)
+from serving.fronts.bentoml.descriptors import (
+    AdminJSON,
+    AdminNoInput,
+    JSONOutput,
+    NdarrayOutput,
+    NoInput,
+    ValidatedJSON,
+    ValidatedNdarray,
+)
+from serving.fronts.bentoml.endpoints import Endpoints
+from serving.fronts.native import render
+from serving.fronts.native.protocol import (
+    AdminModelRequest,
+    ContactsRequest,
+    ContactsResponse,
+    DecodeRequest,
+    DecodeResponse,
+    EmbedRequest,
+    EmbedResponse,
+    GenerateRequest,
+    GenerateResponse,
+    HiddenRequest,
+    HiddenResponse,
+    LogitsRequest,
+    LogitsResponse,
+    ModelsResponse,
+    RepositoryResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
+from serving.triton.registry import ModelRegistry
+
+InputT = TypeVar("InputT")
+
+
+def engine_input(request: BaseModel, input_type: type[InputT]) -> InputT:
+    """The engine's input for `request`: each of its fields that the request has, by name (the native API names them
+    as the engine does, so its errors name the request's fields)."""
+    values = {field.name: getattr(request, field.name) for field in fields(input_type) if hasattr(request, field.name)}
+    return input_type(**values)
+
+
+def mount(endpoint: Endpoints, engine: Engine, registry: ModelRegistry, max_request_bytes: int) -> None:
+    """Register the native API's routes; bodies over `max_request_bytes` are refused (413) before they are read."""
+    json_body = functools.partial(ValidatedJSON, max_bytes=max_request_bytes)
+
+    @endpoint("/embed", json_body(pydantic_model=EmbedRequest), JSONOutput(pydantic_model=EmbedResponse))
+    async def embed(request: EmbedRequest) -> EmbedResponse:
+        """One embedding per sequence: by default the mean of the final hidden states over the residues."""
+        return render.embed_response(await engine.embed(engine_input(request, EmbedInput)), request)
+
+    @endpoint("/embed/ndarray", json_body(pydantic_model=EmbedRequest), NdarrayOutput(dtype=np.float32, shape=(-1, -1)))
+    async def embed_ndarray(request: EmbedRequest) -> np.ndarray:
+        """The embeddings of /embed as one float32 array [batch, dim] ([batch, layers, dim] with `layers`)."""
+        return (await engine.embed(engine_input(request, EmbedInput))).vectors
+
+    @endpoint("/hidden", json_body(pydantic_model=HiddenRequest), JSONOutput(pydantic_model=HiddenResponse))
+    async def hidden(request: HiddenRequest) -> HiddenResponse:
+        """Final hidden states of every token, with the mask of real tokens."""
+        return render.hidden_response(await engine.hidden(engine_input(request, HiddenInput)), request)
+
+    @endpoint("/logits", json_body(pydantic_model=LogitsRequest), JSONOutput(pydantic_model=LogitsResponse))
+    async def logits(request: LogitsRequest) -> LogitsResponse:
+        """Log-probabilities of the 20 amino acids at every residue position; `<mask>` may stand for any residue."""
+        return render.logits_response(await engine.logits(engine_input(request, SequencesInput)), request)
+
+    @endpoint("/score", json_body(pydantic_model=ScoreRequest), JSONOutput(pydantic_model=ScoreResponse))
+    async def score(request: ScoreRequest) -> ScoreResponse:
+        """Zero-shot variant-effect scores of mutations of one wild type, or its whole single-substitution scan."""
+        return render.score_response(await engine.score(engine_input(request, ScoreInput)))
+
+    @endpoint("/contacts", json_body(pydantic_model=ContactsRequest), JSONOutput(pydantic_model=ContactsResponse))
+    async def contacts(request: ContactsRequest) -> ContactsResponse:
+        """Contact probabilities between every pair of residues, from the attention maps (ESM's contact head)."""
+        return render.contacts_response(await engine.contacts(engine_input(request, SequencesInput)), request)
+
+    @endpoint("/decode", json_body(pydantic_model=DecodeRequest), JSONOutput(pydantic_model=DecodeResponse))
+    async def decode(request: DecodeRequest) -> DecodeResponse:
+        """Greedy decoding of encoder hidden states (e.g. from /hidden) back to SMILES."""
+        return render.decode_response(await engine.decode(engine_input(request, DecodeInput)))
+
+    @endpoint(
+        "/decode/ndarray",
+        ValidatedNdarray(dtype=np.float32, shape=(-1, -1, -1), max_bytes=max_request_bytes),
+        JSONOutput(pydantic_model=DecodeResponse),
+        model=MEGAMOLBART,
+    )
+    async def decode_ndarray(hidden_states: np.ndarray) -> DecodeResponse:
+        """Greedy decoding of a [batch, length, dim] float32 array with megamolbart; all-zero vectors are padding."""
+        return render.decode_response(await engine.decode_array(hidden_states))
+
+    @endpoint("/generate", json_body(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
+    async def generate(request: GenerateRequest) -> GenerateResponse:
+        """New molecules around each seed: its latent perturbed by Gaussian noise, then decoded."""
+        return render.generate_response(await engine.generate(engine_input(request, GenerateInput)))
+
+    @endpoint("/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
+    async def models(_: None) -> ModelsResponse:
+        """The served models: version, capabilities, length limit, hidden size, tokenizer."""
+        return render.models_response(await registry.served_now())
+
+
+def mount_admin(endpoint: Endpoints, registry: ModelRegistry, admin_token: str, max_request_bytes: int) -> None:
+    """Register the admin routes, which answer 401 to a request without `Authorization: Bearer <admin_token>`."""
+    admin_body = functools.partial(AdminJSON, token=admin_token, max_bytes=max_request_bytes)
+
+    @endpoint("/admin/repository", AdminNoInput(token=admin_token), JSONOutput(pydantic_model=RepositoryResponse))
+    async def admin_repository(_: None) -> RepositoryResponse:
+        """Admin: every catalogued Triton model in the repository, loaded or not, with Triton's state."""
+        return render.repository_response(await registry.repository())
+
+    @endpoint("/admin/load", admin_body(pydantic_model=AdminModelRequest), JSONOutput(pydantic_model=ModelsResponse))
+    async def admin_load(request: AdminModelRequest) -> ModelsResponse:
+        """Admin: load (or reload from the repository) every Triton model of a catalogued model; the served models."""
+        await registry.load(MODELS[request.model])
+        return render.models_response(await registry.served_now())
+
+    @endpoint("/admin/unload", admin_body(pydantic_model=AdminModelRequest), JSONOutput(pydantic_model=ModelsResponse))
+    async def admin_unload(request: AdminModelRequest) -> ModelsResponse:
+        """Admin: unload every Triton model of a catalogued model; requests for it are then 422s. The served models."""
+        await registry.unload(MODELS[request.model])
+        return render.models_response(await registry.served_now())

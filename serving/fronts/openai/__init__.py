@@ -1,0 +1,1 @@
+"""OpenAI's embeddings API as a dialect of this service: its types (protocol.py) and routes (routes.py)."""
