@@ -217,6 +217,7 @@ BAD = [
     ("/decode/ndarray", [[0.5] * 256], "body", "has 2 dimensions; expected 3"),
     ("/decode/ndarray", [[[0.5] * 3]], "body", "needs 256"),
     ("/decode/ndarray", [[[0.0] * 256]], "body[0]", "all zeros"),
+    ("/decode/ndarray", [[[0.5] * 256]] * 65, "body", "has 65 items; at most 64 in one request"),
 ]
 
 

@@ -66,8 +66,9 @@ class Engine:
         return await self.generator.decode(asked)
 
     async def decode_array(self, hidden_states: np.ndarray) -> Decoded:
-        """A [batch, length, dim] array's greedy decoding, with megamolbart; all-zero vectors are padding. Its rows are
-        not counted against the limit: the body's size bounds them (BIONEMO_MAX_REQUEST_BYTES)."""
+        """A [batch, length, dim] array's greedy decoding, with megamolbart; all-zero vectors are padding. Its errors
+        name it `hiddens`, as /decode's are named."""
+        self.limits.check_count("hiddens", hidden_states)
         return await self.generator.decode_array(hidden_states)
 
     async def generate(self, asked: GenerateInput) -> Generated:

@@ -107,11 +107,11 @@ class MoleculeGenerator:
         """Decode a [batch, length, dim] array with the default model; all-zero vectors are padding, as /hidden pads."""
         model = await self.registry.model(MEGAMOLBART, Capability.DECODE)
         if hidden_states.shape[2] != model.sizes["hidden_size"]:
-            raise InvalidRequest.at("body", f"has vectors of {hidden_states.shape[2]} values; {model.name} needs {model.sizes['hidden_size']}")
+            raise InvalidRequest.at("hiddens", f"has vectors of {hidden_states.shape[2]} values; {model.name} needs {model.sizes['hidden_size']}")
         mask = hidden_states.any(axis=2).astype(np.int64)
         empty = np.flatnonzero(~mask.any(axis=1))
         if empty.size:
-            raise InvalidRequest.at(f"body[{empty[0]}]", "is all zeros: no position to decode from")
+            raise InvalidRequest.at(f"hiddens[{empty[0]}]", "is all zeros: no position to decode from")
         return await self._decode_latents(model, Latents(hidden_states, mask), DEFAULT_MAX_DECODE_LENGTH)
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:

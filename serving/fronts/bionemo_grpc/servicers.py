@@ -87,7 +87,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
         with self._call("SmilesToEmbedding"):
-            embedded = await self.admission.run(self.engine.embed(EmbedInput(list(request.smis), MEGAMOLBART)))
+            embedded = await self.admission.run(self.engine.embed(EmbedInput(list(request.smis), MEGAMOLBART, truncate=None)))
         vectors = embedded.vectors
         return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
 
@@ -95,7 +95,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
         with self._call("SmilesToHidden"):
-            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.smis), MEGAMOLBART)))
+            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.smis), MEGAMOLBART, truncate=None)))
         return megamolbart_pb2.OutputSpec(
             hidden_states=hidden.states.ravel().tolist(),
             dim=hidden.states.shape,
@@ -135,7 +135,7 @@ class ProteinSampler:
         self, request: esm1nv_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> esm1nv_pb2.OutputSpec:
         with _one_call(_method_path(self.messages, "SeqToEmbedding"), self.model, {"sequences": "seqs"}):
-            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.seqs), self.model)))
+            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.seqs), self.model, truncate=None)))
         states = hidden.states
         return self.messages.OutputSpec(embeddings=states.ravel().tolist(), dim=states.shape)
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from model_catalog import MODELS
 from serving.engine.engine import Engine
+from serving.errors import ServiceError
 from serving.engine.inputs import (
     MEGAMOLBART,
     DecodeInput,
@@ -111,7 +112,10 @@ def mount(endpoint: Endpoints, engine: Engine, registry: ModelRegistry, max_requ
     )
     async def decode_ndarray(hidden_states: np.ndarray) -> DecodeResponse:
         """Greedy decoding of a [batch, length, dim] float32 array with megamolbart; all-zero vectors are padding."""
-        return render.decode_response(await engine.decode_array(hidden_states))
+        try:
+            return render.decode_response(await engine.decode_array(hidden_states))
+        except ServiceError as error:  # the array is the body itself
+            raise error.renamed(lambda field: field.replace("hiddens", "body", 1)) from None
 
     @endpoint("/generate", json_body(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
     async def generate(request: GenerateRequest) -> GenerateResponse:
