@@ -1,5 +1,5 @@
 """MegaMolBART's cached decoder in-process, on one runtime: its resident memory over many generations of ever-new
-shapes, with the backend's own code (the repository's `model.py` and `runtimes.py`), no tritonserver.
+shapes, with the backend's own code (the repository's `model.py` and `engines.py`), no tritonserver.
 
     python -m benchmarks.decoder_memory --runtime openvino --generations 800 [--rows 8]
 
@@ -24,9 +24,9 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from benchmarks.processes import ROOT
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS
-from serving.startup.runtime_choice import cpu_model
+from runtimes.choice import cpu_model
+from runtimes.engines import Runtime
 
 DECODER = MODELS["megamolbart"].triton_name(MODELS["megamolbart"].graphs[-1].role)
 NUMPY_TYPES = {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_BOOL": np.bool_}

@@ -27,7 +27,7 @@ from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
 from benchmarks.workload import generate_body
 from model_catalog import GraphRole
-from serving.startup.runtime_choice import available, cpu_model, graph_folders
+from runtimes.choice import available, cpu_model, graph_folders
 
 MODEL = "megamolbart"
 PICK = "the timings' pick"

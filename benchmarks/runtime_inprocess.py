@@ -1,7 +1,7 @@
 """One model's encoder under each runtime, side by side in this process: a markdown table of latencies.
 
 No server, no client: each runtime the exporter wrote into the repository runs through the engine the python
-backend opens (exporter/triton_backend/runtimes.py), on the same feeds right after the others, shape by shape,
+backend opens (runtimes/engines.py), on the same feeds right after the others, shape by shape,
 so that the numbers differ by the runtime alone (and by whatever else the machine does meanwhile: each row says
 how many cores other processes kept busy, and a busy row is measured again). Best of `--repeats` after a
 warm-up; torch eager (sdpa) on the checkpoint is the reference every output is checked against.
@@ -27,9 +27,9 @@ import transformers
 
 from exporter.architectures import load_for_export
 from exporter.graph_inputs import encoder_inputs
-from exporter.triton_backend.runtimes import Runtime, open_engine
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing import tokenizer_for
+from runtimes.engines import Runtime, open_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ("1x102", "1x272", "8x128", "8x272", "8x512", "2x1024")

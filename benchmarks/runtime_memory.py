@@ -30,11 +30,11 @@ from tritonclient.grpc import model_config_pb2
 
 from benchmarks.processes import ROOT
 from benchmarks.workload import protein
-from exporter.triton_backend.runtimes import Arena, FreedMemory, Runtime, open_engine, run_in_pieces
 from model_catalog import MODELS, GraphRole
 from preprocessing import tokenizer_for
 from preprocessing.batching import bucket_width
-from serving.startup.runtime_choice import feeds_for
+from runtimes.choice import feeds_for
+from runtimes.engines import Arena, FreedMemory, Runtime, open_engine, run_in_pieces
 
 WHOLE = 2**62
 """An attention budget no batch reaches: every batch in one run."""

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, Target
+from runtimes.engines import Runtime
 from serving.triton.options import ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE
 from serving.triton.options import MODEL_SELECTION_KEYS, TritonOption, TritonOptionError, parse_environment
 
@@ -259,7 +259,7 @@ class Settings:
             raise SettingsError(
                 f"{RUNTIME.variable}: refused with a remote {MODEL_REPOSITORY.variable}; each model runs the runtime "
                 "its config in the repository records (record one before uploading: `BIONEMO_RUNTIME=... python -m "
-                "serving.startup.runtime_choice --repository FOLDER --write-configs`)"
+                "runtimes.choice --repository FOLDER --write-configs`)"
             )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:

@@ -62,7 +62,7 @@ class TritonGraph:
         return infer_inputs
 
     def runtime(self) -> GraphRuntime:
-        """The runtime the config records (serving.startup.runtime_choice) and its timings; onnxruntime where none is."""
+        """The runtime the config records (runtimes.choice) and its timings; onnxruntime where none is."""
         parameters = self.config.parameters
         if "runtime" not in parameters:
             return GraphRuntime(triton_model=self.name, runtime="onnxruntime", chosen_by="default")
