@@ -45,7 +45,6 @@ from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
 from runtimes.engines import RECORD, Engine, FreedMemory, Runtime, open_engine
 from runtimes.step_caches import layer_caches
-from serving.startup.settings import Settings, SettingsError
 
 SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
 MOST_ROWS = 8
@@ -66,8 +65,33 @@ METHOD = 3
 runtimes' timed runs interleaved."""
 
 
+RUNTIME_VARIABLE = "BIONEMO_RUNTIME"
+"""The runtimes forced instead of timed: read here by the command, and by the service's settings."""
+FORCED_RUNTIMES_FORM = "auto, a runtime, or model=runtime items"
+
+
 class RuntimeChoiceError(ValueError):
     """A forced runtime that cannot serve the model here: not exported for it, or its library not installed."""
+
+
+def forced_runtimes(raw: str) -> dict[str, Runtime]:
+    """BIONEMO_RUNTIME's value as catalog name -> runtime: `auto` (or nothing): {}; one runtime for every model; or
+    `model=runtime` items separated by commas. A ValueError names the models and runtimes known."""
+    raw = raw.strip()
+    if raw in ("", "auto"):
+        return {}
+    known = f"runtimes: {', '.join(runtime.value for runtime in Runtime)}"
+    if "=" not in raw:
+        if raw not in Runtime._value2member_map_:
+            raise ValueError(known)
+        return {name: Runtime(raw) for name in MODELS}
+    chosen = {}
+    for item in raw.split(","):
+        name, _, runtime = (part.strip() for part in item.partition("="))
+        if name not in MODELS or runtime not in Runtime._value2member_map_:
+            raise ValueError(f"{item.strip()!r}; models: {', '.join(MODELS)}; {known}")
+        chosen[name] = Runtime(runtime)
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -394,9 +418,15 @@ def main(argv: list[str] | None = None) -> int:
         "--write-configs", action="store_true", help="write the choice into the repository's configs (for S3)"
     )
     args = parser.parse_args(argv)
+    raw = os.environ.get(RUNTIME_VARIABLE, "auto")
     try:
-        choices = choose_runtimes(args.repository, Settings.from_environment().runtimes, report=print)
-    except (SettingsError, RuntimeChoiceError) as error:
+        forced = forced_runtimes(raw)
+    except ValueError as error:
+        print(f"error: {RUNTIME_VARIABLE}={raw!r}: expected {FORCED_RUNTIMES_FORM} ({error})", file=sys.stderr)
+        return 2
+    try:
+        choices = choose_runtimes(args.repository, forced, report=print)
+    except RuntimeChoiceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.write_configs:

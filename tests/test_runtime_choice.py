@@ -35,6 +35,7 @@ from runtimes.choice import (
     choose_runtimes,
     cpu_model,
     instance_threads,
+    main,
     write_into_configs,
 )
 from runtimes.engines import Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
@@ -271,6 +272,16 @@ def test_runtime_setting(value: str, expected: dict[str, Runtime]) -> None:
 def test_a_bad_runtime_setting_names_what_is_known(value: str) -> None:
     with pytest.raises(SettingsError, match=r"BIONEMO_RUNTIME=.*runtimes: onnxruntime, onnxruntime-fused"):
         Settings.from_environment({"BIONEMO_RUNTIME": value})
+
+
+def test_the_command_refuses_a_bad_runtime_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BIONEMO_RUNTIME", "tensorrt")
+    assert main(["--repository", str(tmp_path)]) == 2
+    assert "BIONEMO_RUNTIME='tensorrt': expected auto, a runtime, or model=runtime items (runtimes: onnxruntime" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_lone_run_takes_every_core_and_busy_instances_share_them(tmp_path: Path) -> None:
