@@ -8,7 +8,8 @@ MODELS_READY := model_repository/.exported
 # The tritonserver base image's Python and glibc (bentofile.yaml); tests/test_packaging.py checks they agree.
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_39
-EXPORT_SOURCES := model_catalog.py $(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py)
+EXPORT_SOURCES := model_catalog.py \
+	$(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py runtimes/*.py runtimes/*/*.py)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -37,7 +38,7 @@ models: $(MODELS_READY)
 # (serving.startup.launch does it too, where a record does not hold for the machine it starts on).
 $(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
 	$(BIN)/python -m exporter defaults --force
-	$(BIN)/python -m serving.startup.runtime_choice
+	$(BIN)/python -m runtimes.choice
 	touch $@
 
 serve: install models

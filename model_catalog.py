@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from exporter.triton_backend.runtimes import Arena
+from runtimes.engines import Arena
 
 
 class Architecture(str, enum.Enum):
@@ -62,11 +62,11 @@ class GraphRole(str, enum.Enum):
 
 
 class Backend(str, enum.Enum):
-    """The python-backend model that serves a graph on CPU: `exporter/triton_backend/<value>.py`."""
+    """The python-backend model that serves a graph on CPU: `runtimes/backends/<value>.py`."""
 
     STATELESS_GRAPH = "stateless_graph"
     """Runs one stateless graph on the runtime its config names; Triton's dynamic batcher merges requests."""
-    CACHED_DECODER = "cached_decoder"
+    STATEFUL_DECODER = "stateful_decoder"
     """Keeps every row's key-value cache between calls: one instance, no Triton batching (the service batches)."""
 
 
@@ -125,7 +125,7 @@ class BatchingPolicy:
     """Model instances Triton runs side by side; they overlap the python backend's own work with each other's runs."""
     intra_op_threads: int = 0
     """Threads per instance on CPU (the python backend); 0: the cores shared among the instances busy at the moment
-    (exporter/triton_backend/runtimes.CoreShare), so that a lone request runs on all of them (docs/performance.md: threads)."""
+    (runtimes.engines.CoreShare), so that a lone request runs on all of them (docs/performance.md: threads)."""
     cache_idle_seconds: int = 60
     """A stateful graph forgets a row's cache unused this long: its client went away without releasing it."""
     attention_budget: int = 1024 * 1024
@@ -185,7 +185,7 @@ class GraphSpec:
     """Model instances of a stateless graph; None: the model's `BatchingPolicy.instance_count`. Each instance holds
     its own copy of the weights: a graph asked for rarely keeps one."""
     timed: bool = True
-    """Its runtime is chosen by timing each on the serving machine (serving/startup/runtime_choice.py); a graph asked
+    """Its runtime is chosen by timing each on the serving machine (runtimes/choice.py); a graph asked
     for rarely runs onnxruntime untimed, even where BIONEMO_RUNTIME names another: timing it would add a minute to
     every start on a new machine (esm2nv's contacts: 15.7 s a round over the timed shapes, TorchScript 10.5 of them)."""
     attention_maps: bool = False
@@ -257,7 +257,7 @@ DECODER = GraphSpec(
     ),
     outputs=(TensorSpec("logits", "TYPE_FP32", (-1, "vocab_size"), "unnormalised scores of each row's next token"),),
     capabilities=frozenset({Capability.DECODE, Capability.GENERATE}),
-    backend=Backend.CACHED_DECODER,
+    backend=Backend.STATEFUL_DECODER,
     arena=Arena.OFF,
     parts=(
         OnnxGraph(

@@ -38,7 +38,7 @@ from transformers import AutoTokenizer, EsmForMaskedLM, PreTrainedTokenizerBase
 from benchmarks.esm_cpp import EsmCppLogits, convert
 from benchmarks.torch_esm import CHECKPOINT
 from benchmarks.workload import MODEL, protein
-from serving.startup.runtime_choice import cpu_model
+from runtimes.choice import cpu_model
 
 ALPHABET = "ACDEFGHIKLMNPQRSTVWY"
 """The matrix's columns, in the issue's order; the service's answer is put in it by the `alphabet` it names."""

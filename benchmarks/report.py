@@ -82,7 +82,7 @@ def machine_facts() -> dict[str, str]:
 
 
 def _served_runtime() -> str:
-    """What runs esm2nv in the service, as its config records it (serving.startup.runtime_choice)."""
+    """What runs esm2nv in the service, as its config records it (runtimes.choice)."""
     config = text_format.Parse((ROOT / "model_repository" / MODEL / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     if "runtime" not in config.parameters:
         return "onnxruntime"

@@ -37,11 +37,11 @@ import requests
 from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
 from benchmarks.workload import DRUG_SMILES, MAX_RESIDUES, MODEL, SAMPLES_PER_SEED, SEQUENCES_PER_REQUEST
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
 from preprocessing.batching import bucket_width
-from serving.startup.runtime_choice import cpu_model
+from runtimes.choice import cpu_model
+from runtimes.engines import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "reliability.md"

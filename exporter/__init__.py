@@ -1,7 +1,8 @@
 """Checkpoint -> Triton model repository: load, convert to ONNX, verify against torch, write.
 
-`export_model` is imported on first use: the serving side imports `exporter.triton_backend` and
-`exporter.decoder_caches`, which need neither torch nor transformers (the image has neither).
+`export_model` is imported on first use, so that importing one of the exporter's modules does not load the whole
+pipeline. The serving side imports no exporter module: what it shares with the exporter, the runtimes and the
+decoder step's cache layout, is in `runtimes`, which needs neither torch nor transformers (the image has neither).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from exporter.errors import ExportError  # noqa: E402
 from exporter.pipeline import Optimizer, export_model  # noqa: E402
 from exporter.progress import PrintedProgress  # noqa: E402
 from exporter.runtime_export import CONVERTERS  # noqa: E402
-from exporter.triton_backend.runtimes import Runtime  # noqa: E402
 from model_catalog import MODELS, ModelDescription, Target  # noqa: E402
+from runtimes.engines import Runtime  # noqa: E402
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
 DEFAULT_REPOSITORY = Path("model_repository")

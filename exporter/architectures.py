@@ -17,7 +17,6 @@ import torch
 from google.protobuf.message import DecodeError
 from safetensors import SafetensorError
 
-from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
 from exporter.errors import CheckpointError
 from exporter.exportable import (
     ESM_COMMON,
@@ -29,6 +28,7 @@ from exporter.exportable import (
     encoder_only,
     hidden_layers,
 )
+from exporter.incremental_decoder import CachedDecoder, seq2seq_sizes
 from exporter.nemo import NEMO_SUFFIX, load_nemo
 from model_catalog import Architecture, GraphRole, ModelDescription
 from preprocessing import tokenizer_for

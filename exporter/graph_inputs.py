@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from exporter.decoder_caches import layer_caches
 from model_catalog import GraphRole, ModelDescription
 from preprocessing import tokenizer_for
+from runtimes.step_caches import layer_caches
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,15 @@ from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx
 from exporter.progress import Progress, Silent
-from exporter.triton_config import config_path, render_config
 from exporter.runtime_export import CONVERTERS, Converter, written_files
-from exporter.triton_backend.runtimes import RECORD, Runtime, open_engine
+from exporter.triton_config import config_path, render_config
 from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime_parity, require_providers
 from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
+from runtimes.engines import RECORD, Runtime, open_engine
 
-BACKENDS = Path(__file__).parent / "triton_backend"
-"""One python-backend model file per model_catalog.Backend, copied as each version's model.py."""
+RUNTIMES = Path(__file__).resolve().parent.parent / "runtimes"
+"""The engines (`engines.py`) and one python-backend model file per model_catalog.Backend (`backends/`), copied
+beside each other into each version as `engines.py` and `model.py`."""
 NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
@@ -157,8 +158,8 @@ def export_model(
             graph_runtimes[graph] = {
                 runtime: _every_part(runtime, graph, outcomes[runtime], version_dir) for runtime in CONVERTERS
             }
-            shutil.copy(BACKENDS / f"{graph.backend.value}.py", version_dir / "model.py")
-            shutil.copy(BACKENDS / "runtimes.py", version_dir / "runtimes.py")
+            shutil.copy(RUNTIMES / "backends" / f"{graph.backend.value}.py", version_dir / "model.py")
+            shutil.copy(RUNTIMES / "engines.py", version_dir / "engines.py")
             staged[graph] = (version_dir, _worst(parities))
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):

@@ -7,8 +7,8 @@ Add, Softmax, MatMul ops over [rows, heads, L, L]: on an Intel Xeon (AVX-512)
 the module under sdpa for these conversions, which each turn into a fused kernel:
 onnxruntime's MultiHeadAttention (exporter/fused_attention.py), torch's own
 (TorchScript), OpenVINO's ScaledDotProductAttention. Each file is held to the
-same parity gate as the ONNX file; `serving.startup.runtime_choice` then times them on
-the machine that serves (exporter/triton_backend/runtimes.py runs them).
+same parity gate as the ONNX file; `runtimes.choice` then times them on
+the machine that serves (runtimes/engines.py runs them).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch
 from exporter.fused_attention import export_fused_attention_onnx
 from exporter.graph_inputs import GraphInputs
 from exporter.onnx_export import external_data_path, input_names
-from exporter.triton_backend.runtimes import TORCHSCRIPT_NAMES, Runtime
 from model_catalog import OnnxGraph
+from runtimes.engines import TORCHSCRIPT_NAMES, Runtime
 
 Converter = Callable[[torch.nn.Module, OnnxGraph, GraphInputs, Path, bool], None]
 """(module, graph, sample, path, external_data): external_data asks an ONNX file to keep its weights beside it

@@ -13,8 +13,8 @@ from __future__ import annotations
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from exporter.triton_backend.runtimes import PROVIDER_OPTIONS
 from model_catalog import GraphSpec, ModelDescription, Target
+from runtimes.engines import PROVIDER_OPTIONS
 
 
 def config_path(target: Target) -> str:
@@ -56,7 +56,7 @@ def build_config(
     if description.response_cache and not graph.stateful:  # a stateful model's answer depends on its caches
         config.response_cache.enable = True
     if python_backend:
-        # Read by the backend (exporter/triton_backend/<backend>.py).
+        # Read by the backend (runtimes/backends/<backend>.py).
         for part in graph.onnx_graphs:
             config.parameters[f"{part.name}_file"].string_value = part.file
         threads = batching.intra_op_threads * (batching.instance_count if graph.stateful else 1)

@@ -19,8 +19,8 @@ import torch
 
 from exporter.errors import OptimizerUnavailable, ParityError
 from exporter.graph_inputs import GraphInputs
-from exporter.triton_backend.runtimes import PROVIDER_OPTIONS, Engine
 from model_catalog import OnnxGraph, Precision, Target
+from runtimes.engines import PROVIDER_OPTIONS, Engine
 
 TOLERANCES: dict[Precision, float] = {Precision.FP32: 1e-4, Precision.FP16: 2e-2}
 """Largest |onnxruntime - torch| accepted on hidden states and logits (both of order 1)."""
@@ -90,7 +90,7 @@ def check_runtime_parity(
     label: str,
     tolerance: float | None = None,
 ) -> ParityReport:
-    """The same gate for a CPU runtime's engine (exporter/triton_backend/runtimes.py), at FP32, on one thread."""
+    """The same gate for a CPU runtime's engine (runtimes/engines.py), at FP32, on one thread."""
     return _held_to_torch(
         module, lambda outputs, feeds: engine.run(outputs, feeds, 1), inputs, graph, batches, label, Precision.FP32,
         tolerance, "CPU",

@@ -51,7 +51,7 @@ class RunningService:
 
     @property
     def served_repository(self) -> Path:
-        """The folder tritonserver serves: the launcher's own for this start (serving/startup/served_repository.py)."""
+        """The folder tritonserver serves: the launcher's own for this start (runtimes/served_repository.py)."""
         return Path(self.triton_argument("model-repository"))
 
     def triton_counts(self, model: str) -> tuple[int, int]:

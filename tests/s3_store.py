@@ -19,8 +19,8 @@ from pathlib import Path
 import boto3
 from conftest import DEFAULT_REPOSITORY, stop_process_group
 
-from exporter.triton_backend.runtimes import Runtime
-from serving.startup.runtime_choice import choose_runtimes, write_into_configs
+from runtimes.choice import choose_runtimes, write_into_configs
+from runtimes.engines import Runtime
 from tritonserver_setup.readiness import free_loopback_port
 
 BUCKET, FOLDER, MODEL = "models", "repo", "esm2nv"

@@ -10,13 +10,13 @@ import torch
 from transformers import MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from exporter.cached_decoder import CachedDecoder
-from exporter.decoder_caches import layer_caches
 from exporter.graph_inputs import GraphInputs
+from exporter.incremental_decoder import CachedDecoder
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS
-from exporter.triton_backend.runtimes import Engine, Runtime, open_engine
 from model_catalog import DECODER, OnnxGraph
+from runtimes.engines import Engine, Runtime, open_engine
+from runtimes.step_caches import layer_caches
 from reference import CHECKPOINTS
 
 Source = tuple[torch.Tensor, torch.Tensor]

@@ -19,11 +19,11 @@ from exporter.errors import CheckpointError
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
-from exporter.triton_backend.runtimes import Runtime
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, MODELS, GraphRole, Target
 from preprocessing.vocabularies import ESM_ALPHABET
+from runtimes.engines import Runtime
 from reference import CHECKPOINTS
 from test_cached_decoder import DECODER_RUNTIMES
 
@@ -93,7 +93,7 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
         rendered = render_config(description, graph, sizes, target)
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
         # as the exporter wrote it: make models keeps its timings beside it, and each start serves its runtime choice
-        # from a folder of its own (serving/startup/served_repository.py)
+        # from a folder of its own (runtimes/served_repository.py)
         assert config == text_format.Parse(rendered, model_config_pb2.ModelConfig())
         assert text.split("\n\n")[0] == rendered.split("\n\n")[0]  # the header documenting each tensor
         assert config.name == description.triton_name(graph.role)
@@ -132,7 +132,7 @@ def test_every_architecture_exports_within_tolerance(name: str, tmp_path: Path) 
 def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path) -> None:
     report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
     assert report.graphs[0].parity.max_abs_diff < 1e-4
-    assert {p.name for p in (tmp_path / "esm2nv" / "3").iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "runtimes.py"}
+    assert {p.name for p in (tmp_path / "esm2nv" / "3").iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
     assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32})
 
 
@@ -141,7 +141,7 @@ def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path,
     report = export_model(ESM2, tiny_checkpoint, tmp_path, external_data=True)
     version_dir = tmp_path / "esm2nv" / "1"
     weights = {"model.onnx.data", "model.fused.onnx.data"}
-    assert {p.name for p in version_dir.iterdir()} == EVERY_RUNTIME_FILE | weights | {"model.py", "runtimes.py"}
+    assert {p.name for p in version_dir.iterdir()} == EVERY_RUNTIME_FILE | weights | {"model.py", "engines.py"}
     graph = onnx.load(str(version_dir / "model.onnx"), load_external_data=False)
     locations = {entry.value for tensor in graph.graph.initializer for entry in tensor.external_data if entry.key == "location"}
     assert locations == {"model.onnx.data"}
@@ -229,7 +229,7 @@ def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Pat
     assert decoder.onnx_files == ["cross_attention.onnx", "step.onnx"]
     converted = [runtime for runtime in CONVERTERS if runtime in DECODER_RUNTIMES]
     written = [file.name for runtime in converted for part in DECODER.parts for file in written_files(runtime, part, Path())]
-    expected = ["cross_attention.onnx", "model.py", "runtimes.py", "step.onnx", *written]
+    expected = ["cross_attention.onnx", "engines.py", "model.py", "step.onnx", *written]
     assert sorted(p.name for p in decoder.version_dir.iterdir()) == sorted(expected)
     assert all(isinstance(decoder.runtimes[runtime], ParityReport) and decoder.runtimes[runtime].max_abs_diff < 1e-4 for runtime in converted)
     assert "0 MultiHeadAttention" in decoder.runtimes[Runtime.ONNXRUNTIME_FUSED]  # left out, and why

@@ -16,8 +16,8 @@ from exporter.architectures import create_default_checkpoint
 from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, GraphRole, Target
+from runtimes.engines import Runtime
 from test_exporter import EVERY_RUNTIME_FILE
 
 TINY_ESM2 = replace(
@@ -104,7 +104,7 @@ def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tm
     for each in report.graphs:
         assert each.parity.max_abs_diff < 1e-4 and each.parity.batches == 3
         written = {path.name for path in each.version_dir.iterdir()}
-        assert written == EVERY_RUNTIME_FILE | {"model.py", "runtimes.py"}
+        assert written == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
     assert not list(tmp_path.glob(".export-*"))
     # The graph Navigator wrote has the tensors the generated config declares, every variable axis dynamic.
     config = read_config(tmp_path / "esm2nv" / "config.pbtxt")

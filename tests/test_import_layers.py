@@ -1,4 +1,4 @@
-"""The project's own modules import one another without a cycle.
+"""The project's own modules import one another only downwards, through the layers below, and never in a cycle.
 
 The import graph is read from the source with `ast` (nothing is imported): every
 `import` and `from ... import` in a module, at module level or inside a function,
@@ -6,12 +6,20 @@ is an edge to the first-party module it names. `from package import name` is an
 edge to `package.name` where that is a module, else to the package itself
 (its `__init__.py`); a relative import is resolved against the importing
 module's package. Third-party and standard-library imports are left out.
+
+The layers (LAYERS, bottom first) are docs/architecture.md's "Which package may import which": a module belongs to the
+layer of its longest matching prefix and may import modules of its own layer or a lower one, except those a layer
+stays apart from (serving never imports the exporter: the image has neither torch nor transformers). The engines and
+the python backends import nothing of the project at all: they run in Triton's python-backend stub, where nothing of it
+is installed but the `engines.py` the exporter copies beside each backend, which the backends import flat
+(`from engines import ...`), an import the graph does not see as first-party. The step caches, numpy only, neither.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,12 +27,46 @@ FIRST_PARTY = (
     "exporter",
     "serving",
     "preprocessing",
+    "runtimes",
     "tritonserver_setup",
     "model_catalog",
     "service",
+    "build_bento",
+    "bionemo_client",
+    "locustfile",
     "tools",
     "benchmarks",
+    "container",
 )
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    prefixes: tuple[str, ...]
+    """The modules it holds: these and the modules under them (`runtimes.backends` holds runtimes.backends.*)."""
+    apart_from: tuple[str, ...] = ()
+    """Lower layers it may not import all the same."""
+
+
+LAYERS = (
+    Layer("ground", ("runtimes.engines", "runtimes.step_caches", "runtimes.backends", "tritonserver_setup")),
+    Layer("catalog", ("model_catalog",)),
+    Layer("preprocessing", ("preprocessing",)),
+    Layer("runtime choice", ("runtimes.choice", "runtimes.served_repository", "runtimes")),
+    Layer("exporter", ("exporter",)),
+    Layer("serving", ("serving",), apart_from=("exporter",)),
+    Layer(
+        "entry points",
+        ("service", "build_bento", "bionemo_client", "locustfile", "tools", "benchmarks", "container"),
+    ),
+)
+"""Bottom first."""
+SELF_CONTAINED = ("runtimes.engines", "runtimes.step_caches", "runtimes.backends")
+"""Modules that import no first-party module: the engines and the backends run in Triton's python-backend stub, where
+nothing of the project is installed; the step caches are numpy only, shared by the exporter and the timings."""
+FLAT_IMPORTS = {"runtimes.backends": {"engines"}}
+"""What modules under a prefix may import flat, by file name: only the files the exporter copies beside them."""
 
 
 def _module_files() -> dict[str, Path]:
@@ -79,6 +121,76 @@ def import_graph() -> dict[str, set[str]]:
         edges.discard(module)  # a package naming itself (`from exporter import export_model` in exporter/__init__.py)
         graph[module] = edges
     return graph
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(f"{prefix}.")
+
+
+def layer_of(module: str, layers: tuple[Layer, ...] = LAYERS) -> int | None:
+    """The index of the layer with the longest prefix that holds `module`; None where none does."""
+    matches = [
+        (len(prefix), index)
+        for index, layer in enumerate(layers)
+        for prefix in layer.prefixes
+        if _within(module, prefix)
+    ]
+    return max(matches)[1] if matches else None
+
+
+def layer_violations(
+    graph: Mapping[str, set[str]], layers: tuple[Layer, ...] = LAYERS, self_contained: tuple[str, ...] = SELF_CONTAINED
+) -> list[str]:
+    """One line per import against the layers, `module (its layer) -> imported module (its layer): why`, and one per
+    module on no layer."""
+    lines = []
+    for module in sorted(graph):
+        own = layer_of(module, layers)
+        if own is None:
+            lines.append(f"{module}: on no layer")
+            continue
+        for target in sorted(graph[module]):
+            theirs = layer_of(target, layers)
+            if theirs is None:
+                continue  # reported as a module of its own
+            if any(_within(module, prefix) for prefix in self_contained):
+                why = "imports nothing of the project (SELF_CONTAINED)"
+            elif theirs > own:
+                why = "a higher layer"
+            elif layers[theirs].name in layers[own].apart_from:
+                why = f"{layers[own].name} stays apart from {layers[theirs].name}"
+            else:
+                continue
+            lines.append(f"{module} ({layers[own].name}) -> {target} ({layers[theirs].name}): {why}")
+    return lines
+
+
+def flat_imports(path: Path) -> set[str]:
+    """The top-level names of `path`'s absolute imports (`from engines import x`: engines)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def flat_import_violations(
+    files: Mapping[str, Path],
+    allowed: Mapping[str, set[str]] = FLAT_IMPORTS,
+    self_contained: tuple[str, ...] = SELF_CONTAINED,
+) -> list[str]:
+    """One line per import, by its bare file name, of a runtimes module that is not copied beside the importer: the
+    self-contained modules may import flat only what `allowed` names for them."""
+    runtimes_files = {module.rpartition(".")[2] for module in files if module.startswith("runtimes.")}
+    lines = []
+    for module, path in sorted(files.items()):
+        if any(_within(module, prefix) for prefix in self_contained):
+            permitted = set().union(*(names for prefix, names in allowed.items() if _within(module, prefix)))
+            for name in sorted(flat_imports(path) & runtimes_files - permitted):
+                lines.append(f"{module} -> {name} (flat): only {sorted(permitted)} is copied beside it")
+    return lines
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -162,3 +274,53 @@ def test_no_import_cycle_among_first_party_modules() -> None:
     graph = import_graph()
     cycles = import_cycles(graph)
     assert not cycles, f"import cycles:\n{_describe(cycles, graph)}"
+
+
+def test_finds_imports_against_the_layers() -> None:
+    layers = (
+        Layer("low", ("a", "b.low")),
+        Layer("middle", ("b",)),
+        Layer("high", ("c",), apart_from=("low",)),
+    )
+    graph = {
+        "a": set(),
+        "a.pure": {"a"},
+        "b": {"a", "c"},
+        "b.low.x": {"b"},
+        "c": {"b", "a.pure"},
+        "d": set(),
+    }
+    assert layer_of("b.low.x", layers) == 0 and layer_of("b.lower", layers) == 1
+    assert layer_violations(graph, layers, self_contained=("a.pure",)) == [
+        "a.pure (low) -> a (low): imports nothing of the project (SELF_CONTAINED)",
+        "b (middle) -> c (high): a higher layer",
+        "b.low.x (low) -> b (middle): a higher layer",
+        "c (high) -> a.pure (low): high stays apart from low",
+        "d: on no layer",
+    ]
+    assert layer_violations({"a": set(), "b": {"a"}, "c": {"b"}}, layers) == []
+
+
+def test_finds_a_flat_import_of_a_file_not_copied_beside(tmp_path: Path) -> None:
+    sources = {"runtimes.engines": "import numpy\n", "runtimes.choice": "import engines\n",
+               "runtimes.backends.model": "import sys\nfrom engines import x\nfrom choice import y\n"}  # fmt: skip
+    files = {}
+    for module, source in sources.items():
+        files[module] = tmp_path / f"{module}.py"
+        files[module].write_text(source)
+    assert flat_import_violations(files, self_contained=("runtimes.engines", "runtimes.backends")) == [
+        "runtimes.backends.model -> choice (flat): only ['engines'] is copied beside it",
+    ]
+
+
+def test_every_module_imports_only_its_layer_or_lower_ones() -> None:
+    violations = layer_violations(import_graph())
+    assert not violations, "imports against the layers (tests/test_import_layers.py LAYERS):\n" + "\n".join(violations)
+
+
+def test_the_python_backends_import_only_the_engines_copied_beside_them() -> None:
+    files = _module_files()
+    backends = [path for module, path in files.items() if _within(module, "runtimes.backends")]
+    assert backends and all("engines" in flat_imports(path) for path in backends)
+    violations = flat_import_violations(files)
+    assert not violations, "flat imports of files not copied beside the importer:\n" + "\n".join(violations)

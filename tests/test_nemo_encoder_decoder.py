@@ -28,10 +28,10 @@ from transformers import MBartConfig, MBartForConditionalGeneration
 
 from exporter import export_model
 from exporter.architectures import load_for_export
-from exporter.cached_decoder import CachedDecoder
 from exporter.errors import CheckpointError
 from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import cross_attention_inputs, decoder_step_inputs
+from exporter.incremental_decoder import CachedDecoder
 from model_catalog import MODELS, GraphRole
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import PROTT5_BASE_VOCABULARY, PROTT5_TOKENS

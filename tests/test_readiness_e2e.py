@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, GraphRole
+from runtimes.engines import Runtime
 
 TOKEN = secrets.token_hex(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

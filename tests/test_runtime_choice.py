@@ -23,9 +23,8 @@ from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
 from conftest import DEFAULT_REPOSITORY
-from exporter.triton_backend.runtimes import Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
 from model_catalog import DECODER, MODELS, GraphRole
-from serving.startup.runtime_choice import (
+from runtimes.choice import (
     GROWTH_LIMIT_MIB,
     METHOD,
     RECORD,
@@ -36,8 +35,10 @@ from serving.startup.runtime_choice import (
     choose_runtimes,
     cpu_model,
     instance_threads,
+    main,
     write_into_configs,
 )
+from runtimes.engines import Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
 from test_cached_decoder import DECODER_RUNTIMES
 from serving.startup.settings import Settings, SettingsError
 
@@ -172,7 +173,7 @@ def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(reposi
 
 
 def test_the_command_writes_the_choice_into_the_repository_configs(repository: Path) -> None:
-    """For a repository served elsewhere untimed (S3): `python -m serving.startup.runtime_choice` records it there."""
+    """For a repository served elsewhere untimed (S3): `python -m runtimes.choice` records it there."""
     choices = choose_runtimes(repository, {"esm2nv": Runtime.OPENVINO}, ["esm2nv"])
     write_into_configs(choices)
     assert (repository / "esm2nv" / "config.pbtxt").read_text() == choices["esm2nv"].config_text()
@@ -273,6 +274,16 @@ def test_a_bad_runtime_setting_names_what_is_known(value: str) -> None:
         Settings.from_environment({"BIONEMO_RUNTIME": value})
 
 
+def test_the_command_refuses_a_bad_runtime_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BIONEMO_RUNTIME", "tensorrt")
+    assert main(["--repository", str(tmp_path)]) == 2
+    assert "BIONEMO_RUNTIME='tensorrt': expected auto, a runtime, or model=runtime items (runtimes: onnxruntime" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_lone_run_takes_every_core_and_busy_instances_share_them(tmp_path: Path) -> None:
     board = tmp_path / "board"
     first, second = CoreShare(4, board), CoreShare(4, board)
@@ -288,7 +299,7 @@ def test_a_dead_instance_neither_holds_its_slot_nor_counts_as_busy(tmp_path: Pat
     board = tmp_path / "board"
     live = CoreShare(2, board)
     died = subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from exporter.triton_backend.runtimes import "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from runtimes.engines import "
          "CoreShare; share = CoreShare(2, Path(sys.argv[1])); share.running().__enter__(); print(share.slot)", str(board)],
         cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=60,
     )  # fmt: skip  # it exits while busy, as a killed stub would
@@ -303,8 +314,8 @@ def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
     without them (TorchScript is then left out of the timings as not installed)."""
     code = (
         "import sys\nfor name in ('torch', 'transformers', 'onnx'): sys.modules[name] = None\n"
-        "import serving.startup.launch, serving.startup.runtime_choice, service\n"
-        "from exporter.triton_backend.runtimes import Runtime\nassert not Runtime.TORCHSCRIPT.installed()"
+        "import serving.startup.launch, runtimes.choice, service\n"
+        "from runtimes.engines import Runtime\nassert not Runtime.TORCHSCRIPT.installed()"
     )
     started = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                              capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -361,9 +372,9 @@ def test_freed_memory_goes_back_once_an_interval_and_after_the_last_call(monkeyp
 ARENA_PROBE = """
 import sys
 import numpy as np, psutil
-from exporter.triton_backend.runtimes import Arena, FreedMemory, Runtime, open_engine
+from runtimes.engines import Arena, FreedMemory, Runtime, open_engine
 from model_catalog import ENCODER, MODELS
-from serving.startup.runtime_choice import feeds_for
+from runtimes.choice import feeds_for
 
 engine = open_engine(Runtime.ONNXRUNTIME, sys.argv[1], arena=Arena(sys.argv[2]))
 names, rng, freed = [tensor.name for tensor in ENCODER.inputs], np.random.default_rng(0), FreedMemory(interval_s=0)

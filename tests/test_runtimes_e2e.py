@@ -19,10 +19,10 @@ import requests
 import tritonclient.http
 
 from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS
+from runtimes.engines import Runtime
 from reference import TransformersReference
-from serving.startup.runtime_choice import Timings
+from runtimes.choice import Timings
 from test_molecules_e2e import greedy_reference
 from test_cached_decoder import DECODER_RUNTIMES
 from test_service_e2e import TOLERANCE, mixed_sequences

@@ -13,11 +13,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from conftest import DEFAULT_REPOSITORY
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import ENCODER, MODELS
+from runtimes.choice import METHOD, Choice, ModelFolder, Timings
+from runtimes.engines import Runtime
+from runtimes.served_repository import PREFIX, served_repository
 from serving.startup.launch import served_with_chosen_runtimes
-from serving.startup.runtime_choice import METHOD, Choice, ModelFolder, Timings
-from serving.startup.served_repository import PREFIX, served_repository
 from serving.startup.settings import Settings
 
 

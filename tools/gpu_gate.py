@@ -4,7 +4,7 @@
 none of them. So, where the export ran, `write` saves the gate's own batches (padded, mixed lengths:
 `exporter.graph_inputs.verification_inputs`) and torch's outputs for them, one file per ONNX graph; on the GPU host,
 `check` runs each graph of the repository on CUDAExecutionProvider as the python backend opens it
-(`exporter/triton_backend/runtimes.py`, with its PROVIDER_OPTIONS), with onnxruntime's default CUDA options and on
+(`runtimes/engines.py`, with its PROVIDER_OPTIONS), with onnxruntime's default CUDA options and on
 the CPU provider, holds the first to the gate's FP32 tolerance, and times the largest batch on the CUDA and CPU ones.
 
     .venv/bin/python -m tools.gpu_gate write --models megamolbart esm2nv --out gate-cases
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.triton_backend.runtimes import PROVIDER_OPTIONS, OnnxRuntimeEngine, Runtime
+from runtimes.engines import PROVIDER_OPTIONS, OnnxRuntimeEngine, Runtime
 
 FP32_TOLERANCE = 1e-4
 """exporter.verify.TOLERANCES[FP32] (tests/test_gpu_gate.py holds them equal); verify imports torch, which the

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import torch
 
 from exporter.exportable import MEGAMOLBART_COMMON, ExportableModel, encoder_graphs, hidden_layers
-from exporter.cached_decoder import CachedDecoder, seq2seq_sizes
+from exporter.incremental_decoder import CachedDecoder, seq2seq_sizes
 from exporter.nemo.archive import (
     Convert,
     NemoArchive,

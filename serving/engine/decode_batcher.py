@@ -3,7 +3,7 @@
 Every step sends one token for each row of every request being decoded (all its
 samples and beams) to Triton together: a request joins at the next step and
 leaves when its last row has ended, without waiting for the others. Triton's
-decoder model keeps each row's key-value cache (exporter/triton_backend/cached_decoder.py):
+decoder model keeps each row's key-value cache (runtimes/backends/stateful_decoder.py):
 rows are named by ids this batcher hands out, new at every step; each names the
 row it extends (beams fork), and each call releases the caches no longer needed.
 A request's encoder states go to Triton once, when its rows start.

@@ -8,8 +8,8 @@ Every setting is checked before anything starts, and so is the installed
 onnxruntime against the providers the target's configs name
 (serving/startup/target_runtime.py), and an s3:// repository is listed with the credentials tritonserver
 will use (serving/startup/remote_repository.py); each timed graph of a local repository gets the runtime
-measured fastest on this machine (serving/startup/runtime_choice.py), served from a folder of this start's own
-(serving/startup/served_repository.py), so that no start changes what another serves; then this process
+measured fastest on this machine (runtimes/choice.py), served from a folder of this start's own
+(runtimes/served_repository.py), so that no start changes what another serves; then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
 settings imply (`Settings.bentoml_config_options`) added to BENTOML_CONFIG_OPTIONS, and
@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from model_catalog import MODELS, Target
+from runtimes.choice import RuntimeChoiceError, choose_runtimes
+from runtimes.served_repository import served_repository
 from serving.startup.remote_repository import check_s3_repository
-from serving.startup.runtime_choice import RuntimeChoiceError, choose_runtimes
-from serving.startup.served_repository import served_repository
 from serving.startup.settings import (
     MODEL_REPOSITORY,
     REMOTE_REPOSITORY_SCHEMES,
@@ -97,7 +97,7 @@ def prometheus_directory(environment: Mapping[str, str]) -> str:
 def served_with_chosen_runtimes(settings: Settings) -> str:
     """The repository tritonserver is to serve: a local one served from a folder of this start's own, whose timed
     graphs' configs name the runtime chosen here, measured where the repository's record does not hold for this
-    machine (serving/startup/served_repository.py). Models Triton will not load are not timed (an image without torch
+    machine (runtimes/served_repository.py). Models Triton will not load are not timed (an image without torch
     times every graph anew: minutes each). A GPU target, or a remote repository, is served as it is."""
     if settings.target is not Target.CPU or settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
         return settings.model_repository  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record

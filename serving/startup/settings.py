@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from exporter.triton_backend.runtimes import Runtime
 from model_catalog import MODELS, Target
+from runtimes.choice import FORCED_RUNTIMES_FORM, RUNTIME_VARIABLE, forced_runtimes
+from runtimes.engines import Runtime
 from serving.triton.options import ENVIRONMENT_VARIABLE as TRITON_OPTIONS_VARIABLE
 from serving.triton.options import MODEL_SELECTION_KEYS, TritonOption, TritonOptionError, parse_environment
 
@@ -93,25 +94,6 @@ def _models(raw: str) -> tuple[str, ...]:
     return names
 
 
-def _runtimes(raw: str) -> dict[str, Runtime]:
-    """`auto` (or nothing): {}; one runtime for every model; or `model=runtime` items separated by commas."""
-    raw = raw.strip()
-    if raw in ("", "auto"):
-        return {}
-    known = f"runtimes: {', '.join(runtime.value for runtime in Runtime)}"
-    if "=" not in raw:
-        if raw not in Runtime._value2member_map_:
-            raise ValueError(known)
-        return {name: Runtime(raw) for name in MODELS}
-    chosen = {}
-    for item in raw.split(","):
-        name, _, runtime = (part.strip() for part in item.partition("="))
-        if name not in MODELS or runtime not in Runtime._value2member_map_:
-            raise ValueError(f"{item.strip()!r}; models: {', '.join(MODELS)}; {known}")
-        chosen[name] = Runtime(runtime)
-    return chosen
-
-
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its name, default and meaning (tests check docs/configuration.md's table against these)."""
@@ -174,7 +156,7 @@ REQUEST_TIMEOUT = Setting(
     "api_server.traffic.timeout, is set 30 s later)",
 )
 RUNTIME = Setting(
-    "BIONEMO_RUNTIME",
+    RUNTIME_VARIABLE,
     "auto",
     "which runtime runs each model's graphs on CPU (encoders, MegaMolBART's decoder): auto (the fastest measured on "
     "this machine at start-up), one of onnxruntime, onnxruntime-fused, torchscript, openvino for every model, or "
@@ -250,7 +232,7 @@ class Settings:
             admin_token=read(
                 ADMIN_TOKEN, _admin_token, f"at least {MIN_ADMIN_TOKEN_LENGTH} printable characters without spaces"
             ),
-            runtimes=read(RUNTIME, _runtimes, "auto, a runtime, or model=runtime items"),
+            runtimes=read(RUNTIME, forced_runtimes, FORCED_RUNTIMES_FORM),
             triton_metrics_port=_triton_metrics_port(environment.get(TRITON_METRICS_PORT_VARIABLE, "")),
             grpc_metrics_port=read(GRPC_METRICS_PORT, lambda raw: _integer(raw, 1, 65535), "a port number from 1 to 65535"),
             esm1nv_grpc_model=read(ESM1NV_GRPC_MODEL, _esm1nv_grpc_model, f"one of {', '.join(ESM1NV_GRPC_MODELS)}"),
@@ -259,7 +241,7 @@ class Settings:
             raise SettingsError(
                 f"{RUNTIME.variable}: refused with a remote {MODEL_REPOSITORY.variable}; each model runs the runtime "
                 "its config in the repository records (record one before uploading: `BIONEMO_RUNTIME=... python -m "
-                "serving.startup.runtime_choice --repository FOLDER --write-configs`)"
+                "runtimes.choice --repository FOLDER --write-configs`)"
             )
         chosen_by_options = [option for option in settings.triton_options if option.key in MODEL_SELECTION_KEYS]
         if chosen_by_options and settings.models is not None:

@@ -23,7 +23,7 @@ from model_catalog import MODELS, Capability, GraphRole, GraphSpec, ModelDescrip
 
 @dataclass(frozen=True)
 class RuntimeRecord:
-    """What runs one graph and why, as its config records it (serving.startup.runtime_choice writes it)."""
+    """What runs one graph and why, as its config records it (runtimes.choice chooses it; a start serves it from runtimes.served_repository)."""
 
     triton_model: str
     runtime: str
@@ -78,7 +78,7 @@ class TritonGraph:
         return infer_inputs
 
     def runtime(self) -> RuntimeRecord:
-        """The runtime the config records (serving.startup.runtime_choice) and its timings; onnxruntime where none is."""
+        """The runtime the config records (runtimes.choice) and its timings; onnxruntime where none is."""
         parameters = self.config.parameters
         if "runtime" not in parameters:
             return RuntimeRecord(self.name, "onnxruntime", "default")

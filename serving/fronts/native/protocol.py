@@ -231,7 +231,7 @@ class GraphRuntime(BaseModel):
     grown_mib: dict[str, float] = Field(
         default_factory=dict,
         description="How many MiB each runtime's memory grew over its timed runs; measurement does not choose one that "
-        "grew past GROWTH_LIMIT_MIB (serving/startup/runtime_choice.py).",
+        "grew past GROWTH_LIMIT_MIB (runtimes/choice.py).",
     )
 
 

@@ -1,9 +1,9 @@
 """Triton python-backend model that runs one stateless exported graph on the runtime its config names.
 
 The exporter copies this file into `<repository>/<model>/<version>/model.py`, and
-`runtimes.py` beside it. Tensor names and dtypes come from the model's
+`runtimes/engines.py` beside it as `engines.py`. Tensor names and dtypes come from the model's
 `config.pbtxt`, the single source of truth; so do the graph (`model_file`), the
-runtime (`runtime`, recorded by `serving.startup.runtime_choice`; onnxruntime where none
+runtime (`runtime`, recorded by `runtimes.choice`; onnxruntime where none
 is), the threads and the provider.
 Requests that Triton's dynamic batcher hands over together are concatenated
 into one run, grouped by shape and by the outputs they ask for;
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import Arena, FreedMemory, Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # engines.py, which the exporter copies beside this file
+from engines import Arena, FreedMemory, Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
 
 WARM_UP_TOKENS = 8
 

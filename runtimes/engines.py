@@ -1,12 +1,13 @@
 """The runtimes that can run a graph on CPU in the python backend, each from its own file.
 
 The exporter writes each ONNX file of a graph once more per runtime it can
-convert it for, each file held to the same parity gate; `serving.startup.runtime_choice`
+convert it for, each file held to the same parity gate; `runtimes.choice`
 times them on the machine that serves and records the fastest in the model's
-`config.pbtxt` (parameter `runtime`); the backend (`stateless_graph.py` or
-`cached_decoder.py`, beside which the exporter copies this file) opens that one.
-A runtime's library is imported only when it is opened, so a host needs only the
-runtimes it serves.
+`config.pbtxt` (parameter `runtime`); the backend (`backends/stateless_graph.py` or
+`backends/stateful_decoder.py`) opens that one. The exporter copies this file beside
+each backend as `engines.py`, where nothing else of the project is installed: it
+imports nothing of the project. A runtime's library is imported only when it is
+opened, so a host needs only the runtimes it serves.
 
 Every engine takes a thread count per run: both backends give a lone run every
 core and each of several busy instances its share (CoreShare), unless the config
@@ -82,7 +83,7 @@ _LIBRARIES = {
 
 RECORD = "runtime.json"
 """The timings of a graph's runtimes on the machine that last timed them, beside its config.pbtxt
-(serving.startup.runtime_choice); a new export of the graph removes them."""
+(runtimes.choice); a new export of the graph removes them."""
 
 
 class Engine(Protocol):

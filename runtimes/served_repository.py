@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from exporter.triton_backend.runtimes import process_start
-from serving.startup.runtime_choice import Choice
+from runtimes.choice import Choice
+from runtimes.engines import process_start
 
 PREFIX = "bionemo-served-repository-"
 

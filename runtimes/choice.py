@@ -1,6 +1,6 @@
 """Which runtime runs each graph: timed on the machine that serves.
 
-    python -m serving.startup.runtime_choice [--repository model_repository] [--write-configs]
+    python -m runtimes.choice [--repository model_repository] [--write-configs]
 
 The exporter writes each graph once per runtime it can convert it for, every
 file held to the same parity gate (exporter/runtime_export.py). Which is fastest
@@ -15,7 +15,7 @@ cross-attention and every step with its caches growing, each run meeting
 shapes new to the runtime as serving does. The timings are kept beside each
 config (`runtime.json`); a start serves its choice from a folder of its own,
 each config naming the runtime (parameter `runtime`, which the backend opens)
-and its timings (`GET /models` shows them): serving/startup/served_repository.py.
+and its timings (`GET /models` shows them): runtimes/served_repository.py.
 This command times and keeps the timings (`make models` runs it after an export);
 with `--write-configs` it also writes the choice into the repository's own
 configs, for a repository served elsewhere without timing (S3). A choice is timed
@@ -41,11 +41,10 @@ import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from exporter.decoder_caches import layer_caches
-from exporter.triton_backend.runtimes import RECORD, Engine, FreedMemory, Runtime, open_engine
 from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
 from preprocessing import tokenizer_for
-from serving.startup.settings import Settings, SettingsError
+from runtimes.engines import RECORD, Engine, FreedMemory, Runtime, open_engine
+from runtimes.step_caches import layer_caches
 
 SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
 MOST_ROWS = 8
@@ -66,8 +65,33 @@ METHOD = 3
 runtimes' timed runs interleaved."""
 
 
+RUNTIME_VARIABLE = "BIONEMO_RUNTIME"
+"""The runtimes forced instead of timed: read here by the command, and by the service's settings."""
+FORCED_RUNTIMES_FORM = "auto, a runtime, or model=runtime items"
+
+
 class RuntimeChoiceError(ValueError):
     """A forced runtime that cannot serve the model here: not exported for it, or its library not installed."""
+
+
+def forced_runtimes(raw: str) -> dict[str, Runtime]:
+    """BIONEMO_RUNTIME's value as catalog name -> runtime: `auto` (or nothing): {}; one runtime for every model; or
+    `model=runtime` items separated by commas. A ValueError names the models and runtimes known."""
+    raw = raw.strip()
+    if raw in ("", "auto"):
+        return {}
+    known = f"runtimes: {', '.join(runtime.value for runtime in Runtime)}"
+    if "=" not in raw:
+        if raw not in Runtime._value2member_map_:
+            raise ValueError(known)
+        return {name: Runtime(raw) for name in MODELS}
+    chosen = {}
+    for item in raw.split(","):
+        name, _, runtime = (part.strip() for part in item.partition("="))
+        if name not in MODELS or runtime not in Runtime._value2member_map_:
+            raise ValueError(f"{item.strip()!r}; models: {', '.join(MODELS)}; {known}")
+        chosen[name] = Runtime(runtime)
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -167,7 +191,7 @@ def encoder_batches(
 def decoder_generations(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
     """Whole generations of the cached decoder, as serving runs them: the cross-attention of random sources, then
     GENERATED_TOKENS steps, each appending its keys and values to caches that double as the backend's do
-    (exporter/triton_backend/cached_decoder.py). Each run's sources are one token narrower than the last run's, so
+    (runtimes/backends/stateful_decoder.py). Each run's sources are one token narrower than the last run's, so
     every run meets cache shapes new to the runtime, as serving's ever-different molecules do: a runtime that
     prepares kernels per shape pays for it here, not only in serving."""
     rng = np.random.default_rng(0)
@@ -323,7 +347,7 @@ class Choice:
 def write_into_configs(choices: Mapping[str, Choice]) -> None:
     """Record each choice in its graph's config in the repository itself: for a repository that will be served
     without timing (a remote one). A start never does this: it serves its choice from a folder of its own
-    (serving/startup/served_repository.py), so that no start changes what another service serving the repository runs."""
+    (runtimes/served_repository.py), so that no start changes what another service serving the repository runs."""
     for choice in choices.values():
         choice.folder.config_path.write_text(choice.config_text())
 
@@ -388,15 +412,21 @@ def choose_runtimes(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.startup.runtime_choice", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m runtimes.choice", description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument(
         "--write-configs", action="store_true", help="write the choice into the repository's configs (for S3)"
     )
     args = parser.parse_args(argv)
+    raw = os.environ.get(RUNTIME_VARIABLE, "auto")
     try:
-        choices = choose_runtimes(args.repository, Settings.from_environment().runtimes, report=print)
-    except (SettingsError, RuntimeChoiceError) as error:
+        forced = forced_runtimes(raw)
+    except ValueError as error:
+        print(f"error: {RUNTIME_VARIABLE}={raw!r}: expected {FORCED_RUNTIMES_FORM} ({error})", file=sys.stderr)
+        return 2
+    try:
+        choices = choose_runtimes(args.repository, forced, report=print)
+    except RuntimeChoiceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.write_configs:

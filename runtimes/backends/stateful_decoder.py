@@ -1,9 +1,9 @@
 """Triton python-backend model: a seq2seq decoder that keeps each row's key-value cache between calls.
 
 The exporter copies this file into `<repository>/<model>/<version>/model.py` for
-model_catalog's DECODER graph, and `runtimes.py` beside it; tensor names, dtypes,
+model_catalog's DECODER graph, and `runtimes/engines.py` beside it as `engines.py`; tensor names, dtypes,
 the graph's two parts, the runtime that runs them (`runtime`, recorded by
-`serving.startup.runtime_choice`; onnxruntime where none is), threads and the provider
+`runtimes.choice`; onnxruntime where none is), threads and the provider
 come from its `config.pbtxt`. The service's decode batcher calls it once
 per step with one token for each row of every decoding in flight. For each row
 it keeps the cross-attention keys and values of the row's source (computed once)
@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-sys.path.insert(0, str(Path(__file__).parent))  # runtimes.py, which the exporter copies beside this file
-from runtimes import Arena, FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # engines.py, which the exporter copies beside this file
+from engines import Arena, FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
 
 
 class CacheError(Exception):

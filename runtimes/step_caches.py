@@ -1,5 +1,5 @@
 """The cached decoder step's per-layer cache inputs by name, in its order: numpy only, so that the runtime timings
-at start-up (serving.startup.runtime_choice) lay them out as the exporter traced them, where torch is not installed."""
+at start-up (runtimes.choice) lay them out as the exporter traced them, where torch is not installed."""
 
 from __future__ import annotations
 

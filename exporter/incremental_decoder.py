@@ -1,8 +1,9 @@
-"""MegaMolBART's decoder with a key-value cache, as the two ONNX graphs of the `decoder` Triton model.
+"""MegaMolBART's decoder one token a step, as the torch modules of the `decoder` Triton model's two graphs.
 
 Decoding the whole prefix at every step costs O(steps²) per molecule; these
 graphs decode one token per step against the keys and values of the tokens
-before it, which the Triton model keeps (exporter/triton_backend/cached_decoder.py):
+before it, which the Triton model keeps (runtimes/backends/stateful_decoder.py;
+the step's cache inputs by name: runtimes/step_caches.py):
 
 - `CrossKeyValues`: encoder states -> the cross-attention keys and values of
   every layer, once per source.
