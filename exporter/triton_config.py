@@ -14,6 +14,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from model_catalog import GraphSpec, ModelDescription, Target
+from preprocessing import tokenizer_for
+from runtimes.choice import GENERATIONS, MAX_TOKENS_PARAMETER, MODEL_PARAMETER, TIMING_PARAMETER, TOKEN_BATCHES
 from runtimes.engines import PROVIDER_OPTIONS
 
 
@@ -65,6 +67,7 @@ def build_config(
         provider = "CPUExecutionProvider" if target is Target.CPU else "CUDAExecutionProvider"
         config.parameters["execution_provider"].string_value = provider
         config.parameters["arena"].string_value = graph.arena.value
+        config.parameters[MODEL_PARAMETER].string_value = description.name
     else:
         config.default_model_filename = graph.onnx_graphs[0].file
     if not python_backend:
@@ -80,6 +83,10 @@ def build_config(
         config.parameters["idle_seconds"].string_value = str(batching.cache_idle_seconds)
     elif python_backend:
         config.parameters["attention_budget"].string_value = str(batching.attention_budget)
+    if target is Target.CPU and graph.timed:  # what the runtime choice times (runtimes/choice.py)
+        config.parameters[TIMING_PARAMETER].string_value = GENERATIONS if graph.stateful else TOKEN_BATCHES
+        if not graph.stateful:
+            config.parameters[MAX_TOKENS_PARAMETER].string_value = str(tokenizer_for(description).max_model_tokens)
     return config
 
 

@@ -12,7 +12,9 @@ shapes, on the threads one instance runs with under load: an encoder on its
 length buckets up to its longest input, one row and up to eight; the cached
 decoder on whole generations of one row and of a batch of decodings, the
 cross-attention and every step with its caches growing, each run meeting
-shapes new to the runtime as serving does. The timings are kept beside each
+shapes new to the runtime as serving does. What to time is read from each graph's
+config, as the exporter wrote it (TIMING_PARAMETER, MODEL_PARAMETER, MAX_TOKENS_PARAMETER,
+the parts' files): nothing here depends on the model catalog. The timings are kept beside each
 config (`runtime.json`); a start serves its choice from a folder of its own,
 each config naming the runtime (parameter `runtime`, which the backend opens)
 and its timings (`GET /models` shows them): runtimes/served_repository.py.
@@ -41,10 +43,19 @@ import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from model_catalog import MODELS, GraphRole, GraphSpec, ModelDescription
-from preprocessing import tokenizer_for
-from runtimes.engines import RECORD, Engine, FreedMemory, Runtime, open_engine
+from runtimes.engines import RECORD, Arena, Engine, FreedMemory, Runtime, open_engine
 from runtimes.step_caches import layer_caches
+
+MODEL_PARAMETER = "catalog_model"
+"""The config parameter naming the catalogued model a graph belongs to: what BIONEMO_RUNTIME names."""
+TIMING_PARAMETER = "timed_on"
+"""The config parameter saying how a graph is timed, TOKEN_BATCHES or GENERATIONS; a graph without it runs
+onnxruntime untimed (one asked for rarely: timing it would add a minute to every start on a new machine)."""
+TOKEN_BATCHES, GENERATIONS = "token batches", "generations"
+MAX_TOKENS_PARAMETER = "max_tokens"
+"""The config parameter giving the most tokens one row of a token-batch graph may have, special tokens included."""
+PART_FILE_SUFFIX = "_file"
+"""Each ONNX part of a graph is named by a config parameter `<part>_file` (the backends open them the same way)."""
 
 SHORTEST_TOKENS, MIDDLE_TOKENS = 64, 256
 MOST_ROWS = 8
@@ -63,6 +74,9 @@ kilobytes per shape is below what seconds of timing can see: `make soak` measure
 METHOD = 3
 """1: the decoder timed on isolated steps; 2: on whole generations, the memory each runtime grew by recorded; 3: the
 runtimes' timed runs interleaved."""
+TOKEN_IDS = (4, 24)
+"""Token ids of the timed rows, drawn from this range, which every catalogued vocabulary holds (the smallest, ESM's,
+has 33): the time a graph takes does not depend on which tokens it reads."""
 
 
 RUNTIME_VARIABLE = "BIONEMO_RUNTIME"
@@ -74,9 +88,10 @@ class RuntimeChoiceError(ValueError):
     """A forced runtime that cannot serve the model here: not exported for it, or its library not installed."""
 
 
-def forced_runtimes(raw: str) -> dict[str, Runtime]:
-    """BIONEMO_RUNTIME's value as catalog name -> runtime: `auto` (or nothing): {}; one runtime for every model; or
-    `model=runtime` items separated by commas. A ValueError names the models and runtimes known."""
+def forced_runtimes(raw: str, models: Collection[str]) -> dict[str, Runtime]:
+    """BIONEMO_RUNTIME's value as model name -> runtime, for the model names `models`: `auto` (or nothing): {}; one
+    runtime for every model; or `model=runtime` items separated by commas. A ValueError names the models and runtimes
+    known."""
     raw = raw.strip()
     if raw in ("", "auto"):
         return {}
@@ -84,12 +99,12 @@ def forced_runtimes(raw: str) -> dict[str, Runtime]:
     if "=" not in raw:
         if raw not in Runtime._value2member_map_:
             raise ValueError(known)
-        return {name: Runtime(raw) for name in MODELS}
+        return {name: Runtime(raw) for name in models}
     chosen = {}
     for item in raw.split(","):
         name, _, runtime = (part.strip() for part in item.partition("="))
-        if name not in MODELS or runtime not in Runtime._value2member_map_:
-            raise ValueError(f"{item.strip()!r}; models: {', '.join(MODELS)}; {known}")
+        if name not in models or runtime not in Runtime._value2member_map_:
+            raise ValueError(f"{item.strip()!r}; models: {', '.join(models)}; {known}")
         chosen[name] = Runtime(runtime)
     return chosen
 
@@ -140,17 +155,17 @@ def cpu_model() -> str:
 
 @dataclass(frozen=True)
 class TimedWork:
-    """What each runtime runs and is timed on: `run(engines, threads)`, its engines by graph part
-    (model_catalog.OnnxGraph), under the name `shape` in the record."""
+    """What each runtime runs and is timed on: `run(engines, threads)`, its engines by graph part (the ONNX parts
+    its config names), under the name `shape` in the record."""
 
     shape: str
     run: Callable[[Mapping[str, Engine], int], object]
 
 
-def timing_shapes(description: ModelDescription, config: model_config_pb2.ModelConfig) -> list[tuple[int, int]]:
+def timing_shapes(config: model_config_pb2.ModelConfig) -> list[tuple[int, int]]:
     """One row and up to MOST_ROWS (within max_batch_size and attention_budget), at short, middle and the longest
     token widths the model accepts: the shapes the length buckets send."""
-    longest = tokenizer_for(description).max_model_tokens
+    longest = int(config.parameters[MAX_TOKENS_PARAMETER].string_value)
     budget = int(config.parameters["attention_budget"].string_value)
     shapes = []
     for tokens in sorted({min(width, longest) for width in (SHORTEST_TOKENS, MIDDLE_TOKENS, longest)}):
@@ -159,32 +174,35 @@ def timing_shapes(description: ModelDescription, config: model_config_pb2.ModelC
     return shapes
 
 
-def feeds_for(description: ModelDescription, rows: int, tokens: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """A batch of random residues (SMILES tokens) of `tokens` with the special tokens, as the service sends it; for
-    the language model, each row asks for the log-probabilities of one position, as a scan's masked copies do."""
-    tokenizer = tokenizer_for(description)
-    content = tokens - (tokenizer.max_model_tokens - description.max_length)
-    batch = tokenizer.pad([tokenizer.wrap(rng.choice(tokenizer.content_ids, size=content)) for _ in range(rows)])
-    return batch.model_inputs() | {"positions": rng.integers(tokens, size=(rows, 1))}
+def feeds_for(
+    config: model_config_pb2.ModelConfig, rows: int, tokens: int, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """A batch of `rows` random rows of `tokens` tokens for the inputs the config names: every token real (the
+    masks all ones); for the language model, each row asks for the log-probabilities of one position, as a scan's
+    masked copies do."""
+    feeds = {}
+    for tensor in config.input:
+        if tensor.name == "input_ids":
+            feeds[tensor.name] = rng.integers(*TOKEN_IDS, size=(rows, tokens))
+        elif tensor.name == "positions":
+            feeds[tensor.name] = rng.integers(tokens, size=(rows, 1))
+        else:
+            feeds[tensor.name] = np.ones((rows, tokens), dtype=np.int64)
+    return feeds
 
 
-def encoder_batches(
-    description: ModelDescription, graph: GraphSpec, config: model_config_pb2.ModelConfig
-) -> list[TimedWork]:
-    """The timing_shapes of a timed graph of token rows (the encoder, the language model), asking for the config's
-    first output (what the service asks most) with the inputs the config names."""
+def token_batches(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
+    """The timing_shapes of a graph of token rows (the encoder, the language model), asking for the config's first
+    output, what the service asks most."""
     rng = np.random.default_rng(0)
-    (part,) = graph.onnx_graphs
+    (part,) = parts_of(config)
     output = config.output[0].name
-    inputs = [tensor.name for tensor in config.input]
 
     def batch(feeds: dict[str, np.ndarray]) -> Callable[[Mapping[str, Engine], int], object]:
-        given = {name: feeds[name] for name in inputs}
-        return lambda engines, threads: engines[part.name].run([output], given, threads)
+        return lambda engines, threads: engines[part].run([output], feeds, threads)
 
     return [
-        TimedWork(f"{rows}x{tokens}", batch(feeds_for(description, rows, tokens, rng)))
-        for rows, tokens in timing_shapes(description, config)
+        TimedWork(f"{rows}x{tokens}", batch(feeds_for(config, rows, tokens, rng))) for rows, tokens in timing_shapes(config)
     ]
 
 
@@ -222,12 +240,17 @@ def decoder_generations(config: model_config_pb2.ModelConfig) -> list[TimedWork]
     return [TimedWork(f"generation {rows}x{GENERATED_TOKENS}", generation(rows)) for rows in DECODER_ROWS]
 
 
-def available(version_dir: Path, graph: GraphSpec) -> tuple[dict[Runtime, dict[str, Path]], dict[str, str]]:
-    """The runtimes exported into `version_dir` for every part of `graph` and installed here, with each part's file;
-    why each other one is not."""
+def parts_of(config: model_config_pb2.ModelConfig) -> tuple[str, ...]:
+    """The ONNX parts of a graph, as its config names their files (`model`; the decoder's `cross_attention`, `step`)."""
+    return tuple(key.removesuffix(PART_FILE_SUFFIX) for key in sorted(config.parameters) if key.endswith(PART_FILE_SUFFIX))
+
+
+def available(version_dir: Path, parts: tuple[str, ...]) -> tuple[dict[Runtime, dict[str, Path]], dict[str, str]]:
+    """The runtimes exported into `version_dir` for every one of a graph's `parts` and installed here, with each
+    part's file; why each other one is not."""
     files, left_out = {}, {}
     for runtime in Runtime:
-        paths = {part.name: version_dir / runtime.file(part.name) for part in graph.onnx_graphs}
+        paths = {part: version_dir / runtime.file(part) for part in parts}
         missing = [path.name for path in paths.values() if not path.is_file()]
         if missing:
             left_out[runtime.value] = f"not exported ({', '.join(missing)} missing)"
@@ -244,17 +267,13 @@ def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_d
     the one it met (a clean clone's timings, taken while a test loaded the machine, once gave onnxruntime 233 ms for
     a one-row generation that takes 55-73 ms). Each work's fastest run counts; a runtime's memory growth is summed
     over its timed runs (freed memory handed back before each reading, as the backends do)."""
-    if folder.graph.role is GraphRole.DECODER:
-        work = decoder_generations(config)
-    else:
-        work = encoder_batches(folder.description, folder.graph, config)
-    files, left_out = available(version_dir, folder.graph)
+    work = decoder_generations(config) if folder.timed_on == GENERATIONS else token_batches(config)
+    files, left_out = available(version_dir, folder.parts)
     engines: dict[str, Mapping[str, Engine]] = {}
     for runtime, paths in files.items():
         try:
             engines[runtime.value] = {
-                part: open_engine(runtime, path, arena=folder.graph.arena)
-                for part, path in paths.items()
+                part: open_engine(runtime, path, arena=folder.arena) for part, path in paths.items()
             }
             for _ in range(WARM_UP_RUNS):
                 for each in work:
@@ -287,11 +306,29 @@ def _resident_mib() -> float:
 
 @dataclass(frozen=True)
 class ModelFolder:
-    """A graph's folder in a local repository: its config, newest version and recorded timings."""
+    """A timed graph's folder in a local repository: what its config says to time, its newest version and the
+    timings recorded beside it."""
 
-    description: ModelDescription
-    graph: GraphSpec
     path: Path
+    model: str
+    """The catalogued model the graph belongs to (MODEL_PARAMETER)."""
+    timed_on: str
+    """TOKEN_BATCHES or GENERATIONS."""
+    parts: tuple[str, ...]
+    arena: Arena
+
+    @classmethod
+    def of(cls, path: Path) -> ModelFolder | None:
+        """The timed graph in folder `path`; None where there is no config or version, or the config times nothing."""
+        config_path = path / "config.pbtxt"
+        if not config_path.is_file() or not any(entry.name.isdigit() for entry in path.iterdir()):
+            return None
+        config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
+        if TIMING_PARAMETER not in config.parameters:
+            return None
+        parameters = {key: value.string_value for key, value in config.parameters.items()}
+        arena = Arena(parameters.get("arena", Arena.KEPT.value))
+        return cls(path, parameters[MODEL_PARAMETER], parameters[TIMING_PARAMETER], parts_of(config), arena)
 
     @property
     def config_path(self) -> Path:
@@ -358,35 +395,30 @@ def instance_threads(config: model_config_pb2.ModelConfig) -> int:
     return fixed or max(1, len(os.sched_getaffinity(0)) // sum(group.count for group in config.instance_group))
 
 
-def graph_folders(repository: Path, models: Collection[str]) -> list[ModelFolder]:
-    """Every timed graph of the catalogued `models` that the repository has a config and a version of."""
-    folders = []
-    for description in (MODELS[name] for name in models):
-        for graph in (graph for graph in description.graphs if graph.timed):
-            folder = ModelFolder(description, graph, repository / description.triton_name(graph.role))
-            if folder.config_path.is_file() and any(entry.name.isdigit() for entry in folder.path.iterdir()):
-                folders.append(folder)
-    return folders
+def graph_folders(repository: Path, models: Collection[str] | None = None) -> list[ModelFolder]:
+    """Every timed graph in the repository (of the catalogued `models`; None: of every model) with a version."""
+    folders = [ModelFolder.of(path) for path in sorted(repository.iterdir()) if path.is_dir()]
+    return [folder for folder in folders if folder is not None and (models is None or folder.model in models)]
 
 
 def choose_runtimes(
     repository: Path,
     forced: Mapping[str, Runtime],
-    models: Collection[str] = tuple(MODELS),
+    models: Collection[str] | None = None,
     report: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Choice]:
-    """The runtime each timed graph of `models` in `repository` runs on this machine, timed where the record beside
-    its config (runtime.json) does not hold for this machine, the new timings recorded there. `forced` (catalog name -> runtime) overrides the measurement for each of the
-    model's graphs that has the runtime (the cached decoder has no fused-attention file: its attention is its own);
-    a runtime none of them has is a RuntimeChoiceError. Returns the choice for each Triton model; no config is
-    written."""
+    """The runtime each timed graph of `models` (None: every model) in `repository` runs on this machine, timed where
+    the record beside its config (runtime.json) does not hold for this machine, the new timings recorded there.
+    `forced` (catalog name -> runtime) overrides the measurement for each of the model's graphs that has the runtime
+    (the cached decoder has no fused-attention file: its attention is its own); a runtime none of them has is a
+    RuntimeChoiceError. Returns the choice for each Triton model; no config is written."""
     timed = []
     for folder in graph_folders(repository, models):
         _, config = folder.read_config()
         version_dir = folder.newest_version()
         threads = instance_threads(config)
         timings = folder.recorded()
-        runtimes = {runtime.value for runtime in available(version_dir, folder.graph)[0]}
+        runtimes = {runtime.value for runtime in available(version_dir, folder.parts)[0]}
         now = (cpu_model(), threads, int(version_dir.name), runtimes, METHOD)
         if timings is None or timings.measured_for() != now:
             report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
@@ -394,13 +426,13 @@ def choose_runtimes(
             folder.record(timings)
         timed.append((folder, timings))
     for model, runtime in forced.items():
-        graphs = [(folder.path.name, timings) for folder, timings in timed if folder.description.name == model]
+        graphs = [(folder.path.name, timings) for folder, timings in timed if folder.model == model]
         if graphs and not any(runtime.value in timings.milliseconds for _, timings in graphs):
             why = "; ".join(f"{name}: {timings.left_out.get(runtime.value, '')}" for name, timings in graphs)
             raise RuntimeChoiceError(f"BIONEMO_RUNTIME: {model} cannot run on {runtime.value} here ({why})")
     choices = {}
     for folder, timings in timed:
-        runtime = forced.get(folder.description.name)
+        runtime = forced.get(folder.model)
         if runtime is not None and runtime.value not in timings.milliseconds:
             report(f"{folder.path.name}: no {runtime.value} ({timings.left_out.get(runtime.value, '')}); the fastest measured")
             runtime = None
@@ -420,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     raw = os.environ.get(RUNTIME_VARIABLE, "auto")
     try:
-        forced = forced_runtimes(raw)
+        forced = forced_runtimes(raw, sorted({folder.model for folder in graph_folders(args.repository)}))
     except ValueError as error:
         print(f"error: {RUNTIME_VARIABLE}={raw!r}: expected {FORCED_RUNTIMES_FORM} ({error})", file=sys.stderr)
         return 2

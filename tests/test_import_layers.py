@@ -50,10 +50,9 @@ class Layer:
 
 
 LAYERS = (
-    Layer("ground", ("runtimes.engines", "runtimes.step_caches", "runtimes.backends", "tritonserver_setup")),
+    Layer("ground", ("runtimes", "tritonserver_setup")),
     Layer("catalog", ("model_catalog",)),
     Layer("preprocessing", ("preprocessing",)),
-    Layer("runtime choice", ("runtimes.choice", "runtimes.served_repository", "runtimes")),
     Layer("exporter", ("exporter",)),
     Layer("serving", ("serving",), apart_from=("exporter",)),
     Layer(

@@ -23,7 +23,7 @@ from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
 from conftest import DEFAULT_REPOSITORY
-from model_catalog import DECODER, MODELS, GraphRole
+from model_catalog import MODELS, GraphRole
 from runtimes.choice import (
     GROWTH_LIMIT_MIB,
     METHOD,
@@ -250,7 +250,7 @@ def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: P
 def test_the_decoder_runs_a_runtime_only_with_both_of_its_parts(exported_molecules: Path, tmp_path: Path) -> None:
     version = Path(shutil.copytree(exported_molecules / "megamolbart_decoder" / "1", tmp_path / "1"))
     (version / Runtime.TORCHSCRIPT.file("step")).unlink()
-    files, left_out = available(version, DECODER)
+    files, left_out = available(version, ("cross_attention", "step"))
     assert left_out[Runtime.TORCHSCRIPT.value] == "not exported (step.torchscript.pt missing)"
     assert files[Runtime.OPENVINO] == {part: version / Runtime.OPENVINO.file(part) for part in ("cross_attention", "step")}
 
@@ -372,16 +372,19 @@ def test_freed_memory_goes_back_once_an_interval_and_after_the_last_call(monkeyp
 ARENA_PROBE = """
 import sys
 import numpy as np, psutil
+from pathlib import Path
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 from runtimes.engines import Arena, FreedMemory, Runtime, open_engine
-from model_catalog import ENCODER, MODELS
 from runtimes.choice import feeds_for
 
-engine = open_engine(Runtime.ONNXRUNTIME, sys.argv[1], arena=Arena(sys.argv[2]))
-names, rng, freed = [tensor.name for tensor in ENCODER.inputs], np.random.default_rng(0), FreedMemory(interval_s=0)
+graph = Path(sys.argv[1])
+engine = open_engine(Runtime.ONNXRUNTIME, graph, arena=Arena(sys.argv[2]))
+config = text_format.Parse((graph.parent.parent / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+rng, freed = np.random.default_rng(0), FreedMemory(interval_s=0)
 
 def run_mib(rows, tokens):
-    feeds = feeds_for(MODELS["esm2nv"], rows, tokens, rng)
-    engine.run([ENCODER.outputs[0].name], {name: feeds[name] for name in names}, 1)
+    engine.run([config.output[0].name], feeds_for(config, rows, tokens, rng), 1)
     freed.release()
     return psutil.Process().memory_info().rss / 2**20
 

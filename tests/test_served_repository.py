@@ -13,9 +13,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from conftest import DEFAULT_REPOSITORY
-from model_catalog import ENCODER, MODELS
-from runtimes.choice import METHOD, Choice, ModelFolder, Timings
-from runtimes.engines import Runtime
+from runtimes.choice import METHOD, TOKEN_BATCHES, Choice, ModelFolder, Timings
+from runtimes.engines import Arena, Runtime
 from runtimes.served_repository import PREFIX, served_repository
 from serving.startup.launch import served_with_chosen_runtimes
 from serving.startup.settings import Settings
@@ -38,7 +37,7 @@ def repository(tmp_path: Path) -> Path:
 
 def choice(repository: Path, runtime: Runtime) -> dict[str, Choice]:
     timings = Timings("a CPU", 1, 1, {runtime.value: {"1x64": 1.0}}, {runtime.value: 0.0}, {}, METHOD)
-    folder = ModelFolder(MODELS["esm2nv"], ENCODER, repository / "esm2nv")
+    folder = ModelFolder(repository / "esm2nv", "esm2nv", TOKEN_BATCHES, ("model",), Arena.KEPT)
     return {"esm2nv": Choice(folder, runtime, timings, "BIONEMO_RUNTIME")}
 
 

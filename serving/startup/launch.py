@@ -24,7 +24,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from model_catalog import MODELS, Target
+from model_catalog import Target
 from runtimes.choice import RuntimeChoiceError, choose_runtimes
 from runtimes.served_repository import served_repository
 from serving.startup.remote_repository import check_s3_repository
@@ -101,10 +101,10 @@ def served_with_chosen_runtimes(settings: Settings) -> str:
     times every graph anew: minutes each). A GPU target, or a remote repository, is served as it is."""
     if settings.target is not Target.CPU or settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
         return settings.model_repository  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record
-    loaded = settings.loaded_models()
-    models = loaded if loaded is not None else MODELS
     repository = Path(settings.model_repository)
-    choices = choose_runtimes(repository, settings.runtimes, models, report=lambda line: print(f"bionemo: {line}"))
+    choices = choose_runtimes(
+        repository, settings.runtimes, settings.loaded_models(), report=lambda line: print(f"bionemo: {line}")
+    )
     try:
         return str(served_repository(repository, choices))
     except OSError as error:  # no temporary directory to write to

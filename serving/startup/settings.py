@@ -232,7 +232,7 @@ class Settings:
             admin_token=read(
                 ADMIN_TOKEN, _admin_token, f"at least {MIN_ADMIN_TOKEN_LENGTH} printable characters without spaces"
             ),
-            runtimes=read(RUNTIME, forced_runtimes, FORCED_RUNTIMES_FORM),
+            runtimes=read(RUNTIME, lambda raw: forced_runtimes(raw, MODELS), FORCED_RUNTIMES_FORM),
             triton_metrics_port=_triton_metrics_port(environment.get(TRITON_METRICS_PORT_VARIABLE, "")),
             grpc_metrics_port=read(GRPC_METRICS_PORT, lambda raw: _integer(raw, 1, 65535), "a port number from 1 to 65535"),
             esm1nv_grpc_model=read(ESM1NV_GRPC_MODEL, _esm1nv_grpc_model, f"one of {', '.join(ESM1NV_GRPC_MODELS)}"),
