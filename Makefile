@@ -71,7 +71,8 @@ audit: $(INSTALLED)
 	$(BIN)/python -m tools.dependency_audit --osv-url $(AUDIT_OSV_URL)
 
 # Not part of `make test`: five servers of the same esm2nv weights measured in turn (a few minutes by default),
-# then docs/benchmarks.md and docs/benchmarks.png written anew. Longer: `make bench BENCH_SECONDS=60`.
+# then this CPU's report written anew: docs/benchmarks-<cpu>.md and its .png (e.g. benchmarks-amd-epyc.md). Longer:
+# `make bench BENCH_SECONDS=60`.
 BENCH_READY := $(VENV)/.bench-installed
 BENCH_SECONDS ?= 10
 BENCH_USERS ?= 1 4 16 32

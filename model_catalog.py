@@ -335,7 +335,7 @@ class ModelDescription:
     max_length: int
     """Most residues (proteins) or SMILES tokens one input may have."""
     default_checkpoint_config: dict[str, Any]
-    """The sizes of the small random-init default checkpoint."""
+    """The sizes of the small random-init default checkpoint (`python -m exporter defaults`): no trained weights ship."""
     graphs: tuple[GraphSpec, ...] = (ENCODER,)
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     summary: str = ""
@@ -439,3 +439,8 @@ MODELS: dict[str, ModelDescription] = {
 }
 
 DEFAULT_MODEL = "esm2nv"
+
+RANDOM_INIT_WEIGHTS = "random-init default"
+"""What a config's `checkpoint` parameter says of the weights `python -m exporter defaults` exported: the random-init
+default checkpoint (default_checkpoint_config). A config of any other export names its checkpoint's file or folder;
+GET /models shows it as the model's `weights`."""

@@ -130,7 +130,7 @@ class LengthScan:
 
 @dataclass(frozen=True)
 class ScanRun:
-    """Everything one run measured, for the printout here and for docs/benchmarks.md."""
+    """Everything one run measured, for the printout here and for the make bench report (docs/benchmarks-<cpu>.md)."""
 
     cpu: str
     torch_threads: int

@@ -1,4 +1,5 @@
-"""docs/benchmarks.md and docs/benchmarks.png from one run of the driver: tables, the issue's targets, a plot."""
+"""docs/benchmarks-<cpu>.md and its .png from one run of the driver: tables, the issue's targets, a plot. One report
+per CPU (benchmarks-amd-epyc.md, benchmarks-intel-xeon.md): a run replaces the report of its own CPU only."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import datetime
 import json
 import os
 import platform
+import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -37,7 +40,6 @@ from benchmarks.workload import (  # noqa: E402
 )
 from model_catalog import MODELS  # noqa: E402
 
-DEFAULT_REPORT = ROOT / "docs" / "benchmarks.md"
 PACKAGES = ("bentoml", "nvidia-pytriton", "tritonclient", "onnxruntime", "openvino", "torch", "transformers", "locust")
 SERVICE, DIRECT, NAIVE, PYTRITON = "service", "direct-triton", "naive", "pytriton"
 SERVICE_GRPC, SERVICE_OPENAI = "service-grpc", "service-openai"
@@ -66,12 +68,35 @@ class Run:
     took_s: float
 
 
+def default_report(cpu_model: str) -> Path:
+    """docs/benchmarks-<cpu>.md: the CPU's model name without trademarks and "Processor", e.g. "Intel(R) Xeon(R)
+    Processor" -> benchmarks-intel-xeon.md, "AMD EPYC" -> benchmarks-amd-epyc.md."""
+    name = re.sub(r"\((r|tm)\)|\b(processor|cpu)\b", " ", cpu_model.lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "unknown-cpu"
+    return ROOT / "docs" / f"benchmarks-{slug}.md"
+
+
+def _commit() -> str:
+    """The commit measured, and whether the working tree differed from it."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--short", "HEAD").stdout.strip()
+    if not head:
+        return "not recorded (no git)"
+    changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return f"{head}, with uncommitted changes" if changed else head
+
+
 def machine_facts() -> dict[str, str]:
     """What the numbers depend on, read before anything starts."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _commit(),
+        "cpu model": model or platform.processor(),
         "cpu": f"{model or platform.processor()}, {os.cpu_count()} logical CPUs ({psutil.cpu_count(logical=False)} cores)",
         "memory": f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
         "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
@@ -424,7 +449,8 @@ def write(path: Path, run: Run) -> None:
     lines = [
         "# Benchmarks: /embed against four other ways of serving the same esm2nv weights; the mutational scan",
         "",
-        f"Written by `make bench` on {run.facts['date']}; every run replaces this file and `{picture.name}`.",
+        f"Written by `make bench` on {run.facts['date']} at {run.facts['commit']}, on {run.facts['cpu model']}; "
+        f"a run on the same CPU replaces this file and `{picture.name}`.",
         "",
         f"    {run.command}",
         "",

@@ -11,8 +11,8 @@ contender up, run locust headless for every number of users, stop it by PID. A
 contender compared with one of another server (the gRPC front with /embed over
 HTTP) runs with both servers up, in alternating windows with it.
 Then the deep mutational scan of issue 29 (benchmarks.mutational_scan): the service started alone, its /score scan
-of a protein of each --scan-lengths timed beside transformers and esm-cpp. Then regenerate docs/benchmarks.md and
-docs/benchmarks.png.
+of a protein of each --scan-lengths timed beside transformers and esm-cpp. Then regenerate this CPU's report,
+docs/benchmarks-<cpu>.md (e.g. benchmarks-amd-epyc.md), and its .png.
 """
 
 from __future__ import annotations
@@ -162,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scan-lengths", type=int, nargs="*", default=[100, 300, 1000], help="residues of each protein scanned"
     )
-    parser.add_argument("--out", type=Path, default=report.DEFAULT_REPORT, help="the markdown report")
+    parser.add_argument("--out", type=Path, help="the markdown report (default: docs/benchmarks-<this CPU>.md)")
     args = parser.parse_args(argv)
     facts = report.machine_facts()
+    args.out = args.out or report.default_report(facts["cpu model"])
     log("matmul throughput and the torch reference answers")
     peak = matmul_gflops()
     shape = EncoderShape.from_checkpoint()

@@ -18,7 +18,7 @@ from exporter.errors import ExportError  # noqa: E402
 from exporter.pipeline import Optimizer, export_model  # noqa: E402
 from exporter.progress import PrintedProgress  # noqa: E402
 from exporter.runtime_export import CONVERTERS  # noqa: E402
-from model_catalog import MODELS, ModelDescription, Target  # noqa: E402
+from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, ModelDescription, Target  # noqa: E402
 from runtimes.engines import Runtime  # noqa: E402
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             description = MODELS[name]
             versions = [args.repository / description.triton_name(g.role) / "1" for g in description.graphs]
             if args.force or not all(version.is_dir() for version in versions):
-                print(export_model(description, checkpoint, args.repository, progress=progress).summary())
+                report = export_model(
+                    description, checkpoint, args.repository, progress=progress, weights=RANDOM_INIT_WEIGHTS
+                )
+                print(report.summary())
             else:
                 print(f"{name}: version 1 exists; skipped (--force exports again)")
         return 0

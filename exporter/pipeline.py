@@ -105,6 +105,7 @@ def export_model(
     external_data: bool = False,
     runtimes: Collection[Runtime] = tuple(CONVERTERS),
     progress: Progress = Silent(),
+    weights: str | None = None,
 ) -> ExportReport:
     """Export every graph of `checkpoint` as `repository/<triton name>/<version>`, with every target's config.
 
@@ -113,8 +114,11 @@ def export_model(
     Weights go to ONNX external data when a graph is over 2 GB, or always with
     `external_data`. The ONNX file is always written; of the other runtimes only
     those in `runtimes` are (each conversion and its gate takes seconds to minutes).
+    Every config records where the weights came from (parameter `checkpoint`, which GET /models shows): `weights`,
+    or else the checkpoint's file or folder name (`python -m exporter defaults` gives model_catalog.RANDOM_INIT_WEIGHTS).
     """
     started = time.perf_counter()
+    weights = weights or checkpoint.resolve().name
     require_providers(target)  # both checks fail before a long load
     if optimizer is Optimizer.NAVIGATOR:
         onnx_format = f"ONNX from Triton Model Navigator {navigator_version()}"
@@ -164,7 +168,7 @@ def export_model(
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
-                _publish(description, graph, loaded, repository, staged_version, parity, graph_runtimes[graph])
+                _publish(description, graph, loaded, repository, staged_version, parity, graph_runtimes[graph], weights)
                 for graph, (staged_version, parity) in staged.items()
             ]
             left_out = {
@@ -220,8 +224,10 @@ def _publish(
     staged_version: Path,
     parity: ParityReport,
     runtimes: dict[Runtime, ParityReport | str],
+    weights: str,
 ) -> GraphReport:
-    """Move a verified version into the repository and write the model's config for every target."""
+    """Move a verified version into the repository and write the model's config for every target, recording where
+    the weights came from (`weights`)."""
     model_dir = repository / description.triton_name(graph.role)
     model_dir.mkdir(exist_ok=True)
     published = model_dir / staged_version.name
@@ -233,7 +239,7 @@ def _publish(
     for target in Target:
         config_file = model_dir / config_path(target)
         config_file.parent.mkdir(exist_ok=True)
-        config_file.write_text(render_config(description, graph, loaded.sizes, target))
+        config_file.write_text(render_config(description, graph, loaded.sizes, target, weights))
         configs.append(config_file)
     onnx_paths = [published / part.file for part in graph.onnx_graphs]
     files = onnx_paths + [external_data_path(path) for path in onnx_paths]

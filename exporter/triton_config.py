@@ -29,11 +29,17 @@ def _resolve(dims: tuple[int | str, ...], sizes: dict[str, int]) -> list[int]:
 
 
 def build_config(
-    description: ModelDescription, graph: GraphSpec, sizes: dict[str, int], target: Target = Target.CPU
+    description: ModelDescription,
+    graph: GraphSpec,
+    sizes: dict[str, int],
+    target: Target = Target.CPU,
+    checkpoint: str | None = None,
 ) -> model_config_pb2.ModelConfig:
     """The config of one graph for one target.
 
-    `sizes` gives the checkpoint's sizes that tensor dimensions name, such as hidden_size.
+    `sizes` gives the checkpoint's sizes that tensor dimensions name, such as hidden_size. `checkpoint` says where
+    the weights came from (model_catalog.RANDOM_INIT_WEIGHTS, or the checkpoint's file or folder name): recorded as
+    the parameter `checkpoint`, which GET /models shows; None records nothing.
     """
     batching = description.batching
     python_backend = target is Target.CPU or graph.stateful
@@ -79,6 +85,8 @@ def build_config(
         accelerators.add(name="cuda").parameters.update(PROVIDER_OPTIONS["CUDAExecutionProvider"])
     for size in graph.config_sizes:
         config.parameters[size].string_value = str(sizes[size])
+    if checkpoint is not None:
+        config.parameters["checkpoint"].string_value = checkpoint
     if graph.stateful:
         config.parameters["idle_seconds"].string_value = str(batching.cache_idle_seconds)
     elif python_backend:
@@ -91,7 +99,11 @@ def build_config(
 
 
 def render_config(
-    description: ModelDescription, graph: GraphSpec, sizes: dict[str, int], target: Target = Target.CPU
+    description: ModelDescription,
+    graph: GraphSpec,
+    sizes: dict[str, int],
+    target: Target = Target.CPU,
+    checkpoint: str | None = None,
 ) -> str:
     """Config text with a header documenting each tensor; the backend and the service read dtypes from it."""
     header = [
@@ -111,4 +123,6 @@ def render_config(
         for spec in specs:
             dims = ", ".join(batch_axis + [str(d) for d in _resolve(spec.dims, sizes)])
             header.append(f"#   {direction:6} {spec.name} {spec.data_type} [{dims}]: {spec.doc}")
-    return "\n".join(header) + "\n\n" + text_format.MessageToString(build_config(description, graph, sizes, target))
+    return "\n".join(header) + "\n\n" + text_format.MessageToString(
+        build_config(description, graph, sizes, target, checkpoint)
+    )

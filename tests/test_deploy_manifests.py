@@ -68,9 +68,40 @@ def test_the_validator_rejects_a_broken_deployment(mistake: Callable[[Document],
         validate(broken, KUBERNETES_VERSIONS[-1])
 
 
-def test_each_pod_gets_a_gpu() -> None:
+GPU_MARKER = re.compile(r"^(\s*)#gpu ", re.MULTILINE)
+"""Lines of the manifest that only a gpu image's pod has: the marker deleted, they are the GPU variant."""
+
+
+def gpu_variant() -> Document:
+    (deployment,) = [
+        document for document in yaml.safe_load_all(GPU_MARKER.sub(r"\1", MANIFEST.read_text()))
+        if document["kind"] == "Deployment"
+    ]  # fmt: skip
+    return deployment
+
+
+def test_as_written_the_pod_is_the_cpu_images_and_asks_for_no_gpu() -> None:
+    """`make image` builds the cpu target: a pod that requested a GPU would wait for a GPU node it never uses."""
     resources = CONTAINER["resources"]
+    assert "nvidia.com/gpu" not in resources["requests"] and "nvidia.com/gpu" not in resources["limits"]
+    assert "tolerations" not in POD["spec"]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_gpu_variant_gets_one_gpu_per_pod_and_matches_the_schema(version: str) -> None:
+    """The `#gpu ` lines, unmarked: for the gpu image (make image TARGET=gpu)."""
+    deployment = gpu_variant()
+    validate(deployment, version)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    resources = container["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == 1
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    unmarked = copy.deepcopy(deployment)
+    for section in ("requests", "limits"):
+        del unmarked["spec"]["template"]["spec"]["containers"][0]["resources"][section]["nvidia.com/gpu"]
+    del unmarked["spec"]["template"]["spec"]["tolerations"]
+    assert unmarked == DEPLOYMENT  # nothing else differs
 
 
 def test_no_service_links_in_the_settings_namespace() -> None:

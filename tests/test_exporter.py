@@ -21,7 +21,7 @@ from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
-from model_catalog import DECODER, MODELS, GraphRole, Target
+from model_catalog import DECODER, MODELS, RANDOM_INIT_WEIGHTS, GraphRole, Target
 from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import Runtime
 from reference import CHECKPOINTS
@@ -90,7 +90,7 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     assert {"hidden_size"} <= sizes.keys()
     for graph, target in itertools.product(description.graphs, Target):
         text = (repository / description.triton_name(graph.role) / config_path(target)).read_text()
-        rendered = render_config(description, graph, sizes, target)
+        rendered = render_config(description, graph, sizes, target, RANDOM_INIT_WEIGHTS)
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
         # as the exporter wrote it: make models keeps its timings beside it, and each start serves its runtime choice
         # from a folder of its own (runtimes/served_repository.py)
@@ -98,6 +98,7 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
         assert text.split("\n\n")[0] == rendered.split("\n\n")[0]  # the header documenting each tensor
         assert config.name == description.triton_name(graph.role)
         assert [t.name for t in config.input] == [spec.name for spec in graph.inputs]
+        assert config.parameters["checkpoint"].string_value == RANDOM_INIT_WEIGHTS  # `exporter defaults` says so
 
 
 TINY_SIZES = {
@@ -133,7 +134,9 @@ def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path)
     report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
     assert report.graphs[0].parity.max_abs_diff < 1e-4
     assert {p.name for p in (tmp_path / "esm2nv" / "3").iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
-    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32})
+    # the config records the checkpoint's folder name as where the weights came from (GET /models: `weights`)
+    rendered = render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32}, checkpoint=tiny_checkpoint.name)
+    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == rendered
 
 
 def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from conftest import DEFAULT_REPOSITORY
-from model_catalog import Capability
+from model_catalog import RANDOM_INIT_WEIGHTS, Capability
 from serving.errors import DeadlineExceeded, ModelUnavailable, UnknownModel
 from serving.triton.registry import ModelRegistry, triton_call
 
@@ -134,3 +134,16 @@ def test_a_triton_call_past_the_clients_limit_is_a_504_that_says_so_not_the_requ
     with pytest.raises(DeadlineExceeded, match="esm2nv version 1 did not answer one call within 60 s"):
         with triton_call("esm2nv version 1"):
             raise TimeoutError
+
+
+def test_the_default_exports_are_served_as_the_random_init_defaults() -> None:
+    """`exporter defaults` records `checkpoint` in each config; the served model's record (GET /models: `weights`)
+    reads it from there."""
+
+    async def scenario() -> None:
+        served = await ModelRegistry(RepositoryRunner({"esm2nv", "prott5nv"})).served()
+        assert {name: model.weights for name, model in served.items()} == {
+            "esm2nv": RANDOM_INIT_WEIGHTS, "prott5nv": RANDOM_INIT_WEIGHTS,
+        }  # fmt: skip
+
+    asyncio.run(scenario())

@@ -158,9 +158,11 @@ REQUEST_TIMEOUT = Setting(
 RUNTIME = Setting(
     RUNTIME_VARIABLE,
     "auto",
-    "which runtime runs each model's graphs on CPU (encoders, MegaMolBART's decoder): auto (the fastest measured on "
-    "this machine at start-up), one of onnxruntime, onnxruntime-fused, torchscript, openvino for every model, or "
-    "model=runtime items separated by commas (megamolbart=openvino: its encoder and its decoder)",
+    "which runtime runs each model's timed graphs on CPU (encoders, ESM's language models, MegaMolBART's decoder; the "
+    "layers and contacts graphs always run onnxruntime, untimed): auto (the fastest of onnxruntime, onnxruntime-fused "
+    "and openvino, timed on this machine at start-up; torchscript is timed but never chosen), one of onnxruntime, "
+    "onnxruntime-fused, torchscript, openvino for every model, or model=runtime items separated by commas "
+    "(megamolbart=openvino: its encoder and its decoder)",
 )
 TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
 """Internal, not a setting: the loopback port of Triton's metrics, chosen once by serving.startup.launch, so that the

@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
-from model_catalog import MODELS, Capability, GraphRole, GraphSpec, ModelDescription
+from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, Capability, GraphRole, GraphSpec, ModelDescription
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ class TritonGraph:
             timings.get("grown_mib", {}),
         )
 
+    def checkpoint(self) -> str | None:
+        """Where the graph's weights came from, as its export recorded it (config parameter `checkpoint`):
+        model_catalog.RANDOM_INIT_WEIGHTS or the checkpoint's file or folder name; None for a config without it."""
+        parameters = self.config.parameters
+        return parameters["checkpoint"].string_value if "checkpoint" in parameters else None
+
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, and those the config
         records as parameters (model_catalog.GraphSpec.config_sizes), as exported."""
@@ -129,6 +135,15 @@ class ServedModel:
     def capabilities(self) -> frozenset[Capability]:
         """What the loaded graphs can answer."""
         return frozenset().union(*(graph.spec.capabilities for graph in self.graphs.values()))
+
+    @property
+    def weights(self) -> str | None:
+        """Where the served weights came from, from its first graph's config (the encoder's; a model's graphs are
+        exported together): `random-init default`, `checkpoint: <name>`, or None where the config records nothing."""
+        checkpoint = next(iter(self.graphs.values())).checkpoint()
+        if checkpoint is None:
+            return None
+        return RANDOM_INIT_WEIGHTS if checkpoint == RANDOM_INIT_WEIGHTS else f"checkpoint: {checkpoint}"
 
     def graph(self, role: GraphRole) -> TritonGraph:
         return self.graphs[role]

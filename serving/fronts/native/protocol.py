@@ -247,6 +247,13 @@ class ModelInfo(BaseModel):
     max_length: int = Field(description="Most residues (or SMILES tokens) one input may have.")
     hidden_size: int
     tokenizer: str
+    weights: str | None = Field(
+        default=None,
+        description="Where the served weights came from, as the export recorded it in the model's config: "
+        "`random-init default` (the small random-init checkpoint `python -m exporter defaults` creates: not a trained "
+        "model) or `checkpoint: <name>` (the checkpoint file or folder `python -m exporter export` read); null where "
+        "the config records nothing (an export made before it did).",
+    )
     runtimes: list[GraphRuntime] = Field(description="What runs each of the model's Triton models, and why.")
 
 

@@ -104,6 +104,7 @@ def models_response(served: list[ServedModel]) -> ModelsResponse:
                 max_length=model.description.max_length,
                 hidden_size=model.sizes["hidden_size"],
                 tokenizer=model.description.tokenizer.value,
+                weights=model.weights,
                 runtimes=[_runtime(graph.runtime()) for graph in model.graphs.values()],
             )
             for model in served
