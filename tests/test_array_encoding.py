@@ -47,7 +47,8 @@ def test_a_list_of_arrays_keeps_each_arrays_own_shape(encoding: EncodingFormat) 
     encoded = encode_arrays(RAGGED, encoding, FloatType.FLOAT32)
     assert len(encoded) == len(RAGGED)
     for entry, array in zip(encoded, RAGGED):
-        received = decoded(entry, FloatType.FLOAT32, array.shape) if encoding is EncodingFormat.BASE64 else np.array(entry)
+        as_base64 = encoding is EncodingFormat.BASE64
+        received = decoded(entry, FloatType.FLOAT32, array.shape) if as_base64 else np.array(entry)
         np.testing.assert_array_equal(received, array)
 
 

@@ -130,7 +130,7 @@ def test_every_field_at_fault_is_named_with_its_item() -> None:
 def test_a_nested_item_is_named_by_every_index() -> None:
     decode = ValidatedJSON(pydantic_model=DecodeRequest, max_bytes=LIMIT)
     error = read(decode, json.dumps({"hiddens": [[[0.5]]], "mask": [[1, 2]]}).encode())
-    assert [(problem.field, problem.message) for problem in error.problems] == [("mask[0][1]", "Input should be 0 or 1")]
+    assert [(p.field, p.message) for p in error.problems] == [("mask[0][1]", "Input should be 0 or 1")]
 
 
 def test_a_body_that_is_not_an_object_is_a_422_at_body() -> None:
@@ -211,7 +211,9 @@ ERRORS = [error_type.at("model", "it went wrong") for error_type in HTTP_STATUS]
 
 @pytest.mark.parametrize("output", [JSONOutput(pydantic_model=EmbedRequest), NdarrayOutput()], ids=["json", "ndarray"])
 @pytest.mark.parametrize("error", ERRORS, ids=[type(error).__name__ for error in ERRORS])
-def test_every_error_is_answered_with_its_status_headers_and_the_one_error_shape(output: Any, error: ServiceError) -> None:
+def test_every_error_is_answered_with_its_status_headers_and_the_one_error_shape(
+    output: Any, error: ServiceError
+) -> None:
     status, headers, body = render(output, error)
     assert status == HTTP_STATUS[type(error)]
     assert headers["content-type"] == "application/json"
@@ -249,7 +251,9 @@ def test_the_openai_front_answers_in_openais_error_shape(error: ServiceError, st
     rendered_status, headers, body = render(OpenAIJSONOutput(pydantic_model=EmbedRequest), error)
     assert rendered_status == status
     assert body == {
-        "error": {"message": str(error), "type": kind, "param": error.problems[0].field, "code": ERROR_TYPES[type(error)]}
+        "error": {
+            "message": str(error), "type": kind, "param": error.problems[0].field, "code": ERROR_TYPES[type(error)]
+        }
     }
     if status == 503:
         assert headers["retry-after"] == "5"

@@ -94,7 +94,9 @@ class InferCall:
 class FakeRunner:
     """The Triton runner's client methods over the catalog's models, answered in this process."""
 
-    def __init__(self, models: Iterable[str] = tuple(MODELS), versions: Iterable[int] = (1,), absent: Iterable[str] = ()):
+    def __init__(
+        self, models: Iterable[str] = tuple(MODELS), versions: Iterable[int] = (1,), absent: Iterable[str] = ()
+    ) -> None:
         """Every graph of `models` in the repository (less the Triton models named in `absent`: a checkpoint without
         that head), each loaded at `versions`."""
         self.graphs: dict[str, tuple[ModelDescription, GraphSpec]] = {
@@ -161,7 +163,7 @@ class FakeRunner:
     ) -> FakeResult:
         await self._answer()
         if int(model_version) not in self.loaded.get(model_name, ()):
-            raise InferenceServerException(f"Request for unknown model: '{model_name}' version {model_version} is not found")
+            raise InferenceServerException(f"Request for unknown model: '{model_name}' version {model_version}")
         arrays = {
             tensor.name(): np.frombuffer(tensor._get_binary_data(), dtype=triton_to_np_dtype(tensor.datatype()))
             .reshape(tensor.shape())
@@ -210,9 +212,8 @@ class FakeRunner:
             return states if call.output == "layer_hidden_states" else pooled(states, arrays["pooling_mask"][:, None])
         if graph.role is GraphRole.LANGUAGE_MODEL:
             rows = [ids[mask.astype(bool)] for ids, mask in zip(arrays["input_ids"], arrays["attention_mask"])]
-            return np.stack(
-                [np.stack([log_probs_at(row, int(p)) for p in positions]) for row, positions in zip(rows, arrays["positions"])]
-            )
+            asked = arrays["positions"]
+            return np.stack([[log_probs_at(row, int(p)) for p in positions] for row, positions in zip(rows, asked)])
         if graph.role is GraphRole.CONTACTS:
             return np.stack([contact_map(ids[1:-1]) for ids in arrays["input_ids"]])
         return self._decode_step(arrays)

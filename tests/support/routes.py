@@ -125,7 +125,9 @@ class InProcessService:
             native_api.mount_admin(endpoint, self.registry, admin_token, max_request_bytes)
         self.routes = service.routes
 
-    async def call(self, path: str, body: Any, headers: dict[str, str] | None = None, chunk_size: int | None = None) -> Answer:
+    async def call(
+        self, path: str, body: Any, headers: dict[str, str] | None = None, chunk_size: int | None = None
+    ) -> Answer:
         """POST `body` (bytes as they are, anything else as its JSON) to `path`."""
         route = self.routes[path]
         sent = Body(body if isinstance(body, bytes) else json.dumps(body).encode(), chunk_size)
@@ -133,5 +135,7 @@ class InProcessService:
         response = await route.output.to_http_response(await route.answer(parsed))
         return Answer(response.status_code, dict(response.headers), bytes(response.body))
 
-    def post(self, path: str, body: Any, headers: dict[str, str] | None = None, chunk_size: int | None = None) -> Answer:
+    def post(
+        self, path: str, body: Any, headers: dict[str, str] | None = None, chunk_size: int | None = None
+    ) -> Answer:
         return asyncio.run(self.call(path, body, headers, chunk_size))
