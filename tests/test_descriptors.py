@@ -35,7 +35,7 @@ from serving.fronts.bentoml.descriptors import (
 )
 from serving.fronts.native.protocol import AdminModelRequest, DecodeRequest, EmbedRequest
 from serving.fronts.openai.routes import OpenAIJSONOutput
-from support.routes import Body, http_request
+from support.in_process import Body, http_request
 
 LIMIT = 1000
 TOKEN = "a-token-of-twenty-four-chars"

@@ -1,6 +1,6 @@
-"""The service's routes run in this process, over a FakeRunner: no bentoml serve, no tritonserver.
+"""The engine, and the service's routes, run in this process over a FakeRunner: no bentoml serve, no tritonserver.
 
-Each front is mounted as service.py mounts it (the same `Endpoints`, admission, registry, engine and limits), on a
+`engine_over` builds the engine as service.py does, with the service's default limits unless told others. Each front is mounted as service.py mounts it (the same `Endpoints`, admission, registry, engine and limits), on a
 stand-in for the BentoML service that keeps each route's descriptors and handler. A request goes the way BentoML
 hands it on: the input descriptor's `from_http_request` (media type, size, validation), the endpoint (admission, a
 `ServiceError` answered), and the output descriptor's `to_http_response` (status, headers, body).
@@ -101,6 +101,15 @@ class Answer:
         return self.json()["error"]
 
 
+def engine_over(
+    runner: FakeRunner,
+    max_sequences: int = int(MAX_SEQUENCES.default),
+    max_score_passes: int = int(MAX_SCORE_PASSES.default),
+) -> Engine:
+    """An Engine (and its registry) over `runner`, as service.py builds it."""
+    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences, max_score_passes))
+
+
 class InProcessService:
     """The native, OpenAI (and, with an admin token, admin) routes over an Engine on `runner`, with the service's
     default limits unless told others."""
@@ -115,8 +124,8 @@ class InProcessService:
         admin_token: str | None = None,
     ) -> None:
         self.runner = runner or FakeRunner()
-        self.registry = ModelRegistry(self.runner)
-        self.engine = Engine(self.runner, self.registry, RequestLimits(max_sequences, max_score_passes))
+        self.engine = engine_over(self.runner, max_sequences, max_score_passes)
+        self.registry = self.engine.encoder.registry
         service = RecordingService()
         endpoint = Endpoints(service, Admission(int(MAX_IN_FLIGHT.default), float(REQUEST_TIMEOUT.default)))
         native_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
