@@ -18,7 +18,7 @@ from conftest import RunningService
 BAD_INPUTS = [
     pytest.param("/embed", b"{not json", 400, "body", "not valid JSON", id="not-json"),
     pytest.param("/hidden", {"sequences": ["MKT", 5]}, 422, "sequences[1]", "valid string", id="schema"),
-    pytest.param("/embed/ndarray", {"sequences": ["MKT", "MKJL"]}, 422, "sequences[1]", "'J' at position 2", id="tokenizer"),
+    pytest.param("/embed/ndarray", {"sequences": ["MKT", "MKJL"]}, 422, "sequences[1]", "'J' at", id="tokenizer"),
 ]
 
 
