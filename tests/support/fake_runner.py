@@ -41,10 +41,11 @@ def checkpoint_sizes(description: ModelDescription) -> dict[str, int]:
 
 
 def token_states(input_ids: np.ndarray, hidden_size: int) -> np.ndarray:
-    """[..., tokens] -> [..., tokens, hidden_size]: feature f of the token at position t is id / (f + 1) + t / 100."""
+    """[..., tokens] -> [..., tokens, hidden_size]: feature f of the token at position t is (id + 1) / (f + 1) + t / 100
+    (never zero: a vector of <cls>, id 0, can be normalised)."""
     features = np.arange(hidden_size) + 1
     positions = np.arange(input_ids.shape[-1])[:, None] / 100
-    return (input_ids[..., None] / features + positions).astype(np.float32)
+    return ((input_ids[..., None] + 1) / features + positions).astype(np.float32)
 
 
 def layer_states(input_ids: np.ndarray, hidden_size: int, layer: int) -> np.ndarray:
@@ -132,14 +133,15 @@ class FakeRunner:
             raise aiohttp.ClientConnectionError("Cannot connect to host 127.0.0.1:8000 [Connection refused]")
 
     async def get_model_repository_index(self) -> list[dict[str, str]]:
+        """Every model of the repository with its state, as when asked (before any wait at the gate)."""
         self.index_calls += 1
-        await self._answer()
         index = []
         for name in sorted(self.graphs):
             if self.loaded[name]:
                 index += [{"name": name, "version": str(v), "state": "READY"} for v in sorted(self.loaded[name])]
             else:
                 index.append({"name": name, "state": "UNAVAILABLE", "reason": "unloaded"})
+        await self._answer()
         return index
 
     async def get_model_config(self, name: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The engine, and the service's routes, run in this process over a FakeRunner: no bentoml serve, no tritonserver.
 
-`engine_over` builds the engine as service.py does, with the service's default limits unless told others. Each front is mounted as service.py mounts it (the same `Endpoints`, admission, registry, engine and limits), on a
-stand-in for the BentoML service that keeps each route's descriptors and handler. A request goes the way BentoML
-hands it on: the input descriptor's `from_http_request` (media type, size, validation), the endpoint (admission, a
-`ServiceError` answered), and the output descriptor's `to_http_response` (status, headers, body).
+`engine_over` builds the engine as service.py does, with the service's default limits unless told others.
+`InProcessService` mounts each front as service.py mounts it (the same `Endpoints`, admission, registry, engine and
+limits) on a stand-in for the BentoML service that keeps each route's descriptors and handler. A request goes the way
+BentoML hands it on: the input descriptor's `from_http_request` (media type, size, validation), the endpoint
+(admission, a `ServiceError` answered), and the output descriptor's `to_http_response` (status, headers, body).
 """
 
 from __future__ import annotations
