@@ -180,9 +180,11 @@ class FakeRunner:
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             await asyncio.sleep(0)  # the other calls of a request start meanwhile, as on a real connection
-            return FakeResult(output, self._run(call))
+            answer = self._run(call)
         finally:
             self.in_flight -= 1
+        self._check_answer(call, answer)
+        return FakeResult(output, answer)
 
     def _check(self, call: InferCall, datatypes: list[str]) -> None:
         """The inputs are the config's, in its order, with its dtypes and ranks; the batch within max_batch_size; the
@@ -196,6 +198,15 @@ class FakeRunner:
         if config.max_batch_size:
             assert len(call.inputs[config.input[0].name]) <= config.max_batch_size, (call.model, call.shapes)
         assert call.output in [tensor.name for tensor in config.output], (call.model, call.output)
+
+    def _check_answer(self, call: InferCall, answer: np.ndarray) -> None:
+        """The fake's own check: its answer has the output's shape in the config, the batch first where Triton
+        batches."""
+        config = self.configs[call.model]
+        (spec,) = [tensor for tensor in config.output if tensor.name == call.output]
+        dims = ([len(call.inputs[config.input[0].name])] if config.max_batch_size else []) + list(spec.dims)
+        assert answer.ndim == len(dims), (call.model, call.output, answer.shape)
+        assert all(dim in (-1, size) for dim, size in zip(dims, answer.shape)), (call.model, call.output, answer.shape)
 
     def _run(self, call: InferCall) -> np.ndarray:
         description, graph = self.graphs[call.model]
