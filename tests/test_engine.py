@@ -13,7 +13,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from model_catalog import MODELS
+from model_catalog import MODELS, Capability, GraphRole
 from preprocessing import tokenizer_for
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from serving.engine import graphs
@@ -135,6 +135,18 @@ def test_a_chunk_larger_than_max_batch_size_is_split_and_comes_back_in_order() -
     assert sorted(len(call.inputs["input_ids"]) for call in runner.calls) == [6, 32, 32]
     expected = [token_states(ids("esm2nv", protein), 320)[1:-1].mean(axis=0) for protein in proteins]
     np.testing.assert_allclose(embedded.vectors, expected, rtol=1e-6)
+
+
+def test_arrays_larger_than_max_batch_size_go_as_several_calls_answered_in_order() -> None:
+    """What a graph call does with more rows than the config's max_batch_size (32) however it was handed them."""
+    runner = FakeRunner()
+    engine = engine_over(runner)
+    model = asyncio.run(engine.encoder.registry.model("esm2nv", Capability.EMBED))
+    rows = np.arange(70)[:, None] % 30 + np.array([[0, 5, 6]])  # 70 rows of 3 tokens, each its own ids
+    arrays = {"input_ids": rows, "attention_mask": np.ones_like(rows), "pooling_mask": np.ones_like(rows)}
+    embedded = asyncio.run(engine.encoder.graphs.infer(model, GraphRole.ENCODER, arrays, "embeddings"))
+    assert [len(call.inputs["input_ids"]) for call in runner.calls] == [32, 32, 6]
+    np.testing.assert_allclose(embedded, token_states(rows, 320).mean(axis=1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("bound", [1, 2, graphs.CHUNKS_IN_FLIGHT])
