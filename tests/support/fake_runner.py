@@ -48,9 +48,10 @@ def token_states(input_ids: np.ndarray, hidden_size: int) -> np.ndarray:
     return ((input_ids[..., None] + 1) / features + positions).astype(np.float32)
 
 
-def layer_states(input_ids: np.ndarray, hidden_size: int, layer: int) -> np.ndarray:
-    """Hidden states of `layer`: the last layer's (token_states) plus the layer's number."""
-    return token_states(input_ids, hidden_size) + np.float32(layer)
+def layer_states(input_ids: np.ndarray, hidden_size: int, layer: int, layers: int) -> np.ndarray:
+    """Hidden states of `layer` of `layers` (the config's hidden_layers): the last is the encoder's (token_states),
+    each one before it one less."""
+    return token_states(input_ids, hidden_size) - np.float32(layers - 1 - layer)
 
 
 def pooled(states: np.ndarray, pooling_mask: np.ndarray) -> np.ndarray:
@@ -210,7 +211,8 @@ class FakeRunner:
 
     def _run(self, call: InferCall) -> np.ndarray:
         description, graph = self.graphs[call.model]
-        hidden_size = checkpoint_sizes(description)["hidden_size"]
+        sizes = checkpoint_sizes(description)
+        hidden_size = sizes["hidden_size"]
         arrays = call.inputs
         if graph.role is GraphRole.ENCODER:
             states = token_states(arrays["input_ids"], hidden_size)
@@ -218,7 +220,7 @@ class FakeRunner:
         if graph.role is GraphRole.LAYERS:
             states = np.stack(
                 [
-                    np.stack([layer_states(ids, hidden_size, int(layer)) for layer in layers])
+                    np.stack([layer_states(ids, hidden_size, int(layer), sizes["hidden_layers"]) for layer in layers])
                     for ids, layers in zip(arrays["input_ids"], arrays["layers"])
                 ]
             )
