@@ -318,3 +318,25 @@ def test_a_decoder_that_lost_its_caches_fails_the_request_with_a_503() -> None:
     runner._decode_step = forgetful  # type: ignore[method-assign]
     with pytest.raises(ModelUnavailable, match="megamolbart_decoder version 1 is not available right now: .*no cache"):
         run(engine, "decode", DecodeInput(np.ones((1, 3, 256)), np.ones((1, 3))))
+
+
+def test_models_lists_what_each_served_model_can_do_now() -> None:
+    """Capabilities come from the graphs loaded: a head unloaded takes its capabilities off the list at once."""
+    runner = FakeRunner(versions=(1, 2))
+    routes = InProcessService(runner)
+    listed = {model["name"]: model for model in routes.post("/models", b"").json()["models"]}
+    assert set(listed) == set(MODELS)
+    for name, model in listed.items():
+        description = MODELS[name]
+        assert model["capabilities"] == sorted(capability.value for capability in description.capabilities)
+        assert (model["version"], model["versions"]) == (2, [1, 2])
+        assert (model["max_length"], model["hidden_size"]) == (description.max_length, hidden_size(name))
+        assert model["tokenizer"] == description.tokenizer.value
+    assert {"logits", "score", "contacts"} <= set(listed["esm2nv"]["capabilities"])
+    for name in ("prott5nv", "megamolbart"):
+        assert not {"logits", "score", "contacts"} & set(listed[name]["capabilities"])
+    runner.loaded["esm2nv_contacts"] = set()
+    capabilities = {model["name"]: model["capabilities"] for model in routes.post("/models", b"").json()["models"]}
+    assert "contacts" not in capabilities["esm2nv"] and "contacts" in capabilities["esm1nv"]
+    openai = routes.post("/v1/models", b"").json()
+    assert sorted(model["id"] for model in openai["data"]) == sorted(MODELS)
