@@ -57,7 +57,10 @@ class ProteinLanguageModel:
     async def score(self, asked: ScoreInput) -> Scores:
         """The variants' scores, or the whole scan's; a 422 where they need more passes than `max_passes`."""
         model = await self.registry.model(asked.model, Capability.SCORE, asked.model_version)
-        (wild_type,) = self.encoder.tokenize(model, [asked.sequence], field="sequence")
+        try:
+            (wild_type,) = self.encoder.tokenize(model, [asked.sequence], field="sequence")
+        except InvalidRequest as error:  # one sequence, not a list: its errors name the field, not an item
+            raise error.renamed(lambda _: "sequence") from None
         sequence = asked.sequence.upper()
         if asked.scan:
             _require_standard(sequence)
