@@ -26,9 +26,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from build_bento import repository_is_complete
-from conftest import ROOT, RunningService, start_service, stop_service
+from support.paths import ROOT
+from support.service import RunningService, start_service, stop_service
 from model_catalog import MODELS
-from reference import TransformersReference
+from support.reference import TransformersReference
+
+pytestmark = pytest.mark.e2e
 
 PROVISION_STEP = re.compile(
     r"^RUN (cd /home/bentoml/bento/src && /app/\.venv/bin/python .*-m tritonserver_setup --no-check)$", re.MULTILINE

@@ -24,7 +24,7 @@ from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, MODELS, GraphRole, Target
 from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import Runtime
-from reference import CHECKPOINTS
+from support.paths import CHECKPOINTS
 from test_cached_decoder import DECODER_RUNTIMES
 
 ESM2 = MODELS["esm2nv"]

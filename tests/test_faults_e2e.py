@@ -12,7 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from conftest import RunningService, start_launcher, stop_service, stop_with_requests_in_flight
+from support.service import RunningService, start_launcher, stop_service, stop_with_requests_in_flight
+
+pytestmark = pytest.mark.e2e
 
 PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL" * 6
 RECOVERY_TIMEOUT_S = 120

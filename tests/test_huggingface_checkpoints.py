@@ -113,6 +113,7 @@ def assert_loads_as(
     return report
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("model_class", [EsmForMaskedLM, EsmModel])
 @pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
 def test_esm_folders_load_as_the_same_network_and_export(
@@ -134,6 +135,7 @@ def test_esm_folders_load_as_the_same_network_and_export(
         }
 
 
+@pytest.mark.e2e
 def test_a_bare_checkpoint_exported_over_a_masked_lm_withdraws_its_head(tmp_path: Path) -> None:
     """The language-model graph of the checkpoint before must not answer for the new one's weights."""
     esm_checkpoint(tmp_path / "masked-lm", "esm2nv", EsmForMaskedLM)
@@ -144,6 +146,7 @@ def test_a_bare_checkpoint_exported_over_a_masked_lm_withdraws_its_head(tmp_path
     assert "esm2nv_language_model" not in {path.name for path in (tmp_path / "repository").iterdir()}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("whole_seq2seq", [True, False], ids=["t5-with-spiece-model", "t5-encoder-with-tokenizer-json"])
 def test_prott5_folders_load_as_the_same_encoder_and_export(whole_seq2seq: bool, tmp_path: Path) -> None:
     original = t5_checkpoint(tmp_path / "checkpoint", whole_seq2seq)

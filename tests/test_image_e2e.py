@@ -28,15 +28,18 @@ import requests
 import yaml
 from bentoml.client import Client
 from bentoml.exceptions import NotFound
-from conftest import ROOT, STARTUP_TIMEOUT_S, stop_with_requests_in_flight
-from reference import TransformersReference
-from s3_store import s3_store
+from support.paths import ROOT
+from support.service import STARTUP_TIMEOUT_S, stop_with_requests_in_flight
+from support.reference import TransformersReference
+from support.s3_store import s3_store
 
 import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from container.engine import engine, engine_environment, missing_tools
 from container.image import STAND_IN
 from model_catalog import Target
 from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
+
+pytestmark = [pytest.mark.e2e, pytest.mark.container]
 
 LOADED = "esm2nv"
 GUIDE_OPTIONS = ["--triton-options", "model-control-mode=explicit", "--triton-options", f"load-model={LOADED}"]

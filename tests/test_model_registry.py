@@ -14,10 +14,12 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from conftest import DEFAULT_REPOSITORY
+from support.paths import DEFAULT_REPOSITORY
 from model_catalog import Capability
 from serving.errors import DeadlineExceeded, ModelUnavailable, UnknownModel
 from serving.triton.registry import ModelRegistry, triton_call
+
+pytestmark = pytest.mark.e2e
 
 
 class RepositoryRunner:

@@ -208,6 +208,7 @@ MEGAMOLBART_LAYOUTS = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("config", "flags", "head", "compression"), MEGAMOLBART_LAYOUTS)
 def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
     config: dict[str, object], flags: dict[str, bool], head: tuple[str, ...], compression: str, tmp_path: Path
@@ -231,6 +232,7 @@ def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
     assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
 
 
+@pytest.mark.e2e
 def test_prott5nv_checkpoint_serves_its_encoder(tmp_path: Path) -> None:
     """ProtT5nv is NeMo's Megatron T5 (learned positions, LayerNorm, biases, GELU): its encoder as an MBart encoder."""
     description = MODELS["prott5nv"]

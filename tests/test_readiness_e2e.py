@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
+from support.paths import DEFAULT_REPOSITORY
+from support.service import RunningService, start_launcher, stop_service
 from model_catalog import MODELS, GraphRole
 from runtimes.engines import Runtime
+
+pytestmark = pytest.mark.e2e
 
 TOKEN = secrets.token_hex(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

@@ -22,7 +22,7 @@ from tritonclient.grpc import model_config_pb2
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint, load_for_export
 from exporter.graph_inputs import verification_inputs
-from conftest import DEFAULT_REPOSITORY
+from support.paths import DEFAULT_REPOSITORY
 from model_catalog import DECODER, MODELS, GraphRole
 from runtimes.choice import (
     GROWTH_LIMIT_MIB,

@@ -18,14 +18,17 @@ import pytest
 import requests
 import tritonclient.http
 
-from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
+from support.paths import DEFAULT_REPOSITORY
+from support.service import RunningService, start_launcher, stop_service
 from model_catalog import MODELS
 from runtimes.engines import Runtime
-from reference import TransformersReference
+from support.reference import TransformersReference
 from runtimes.choice import Timings
 from test_molecules_e2e import greedy_reference
 from test_cached_decoder import DECODER_RUNTIMES
 from test_service_e2e import TOLERANCE, mixed_sequences
+
+pytestmark = pytest.mark.e2e
 
 MODELS_CHECKED = ("esm2nv", "prott5nv")
 """Rotary and relative (T5) attention: the two that fused attention kernels treat differently."""

@@ -11,7 +11,7 @@ from preprocessing import ProteinTokenizer, SequenceError, SmilesTokenizer, l2_n
 from preprocessing.batching import bucket_width, bucketed_chunks
 from preprocessing.protein_tokenizer import RESIDUES
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
-from reference import CHECKPOINTS
+from support.paths import CHECKPOINTS
 
 SEQUENCES = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "A", "XBUZOACDEFGHIKLMNPQRSTVWY", "MKT" * 50]
 TOKENIZER_MODELS = {TokenizerKind.ESM: "esm2nv", TokenizerKind.PROTT5: "prott5nv"}

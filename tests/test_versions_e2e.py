@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import RunningService, start_launcher, stop_service
+from support.service import RunningService, start_launcher, stop_service
 from exporter import export_model
 from exporter.architectures import create_default_checkpoint
 from model_catalog import ENCODER, MODELS
-from reference import TransformersReference
+from support.reference import TransformersReference
+
+pytestmark = pytest.mark.e2e
 
 SEQUENCE = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
 TWO_VERSIONS = replace(
