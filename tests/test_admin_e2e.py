@@ -84,7 +84,8 @@ def test_repository_lists_loaded_and_unloaded_models(admin_service: RunningServi
 def embed_concurrently(service: RunningService, model: str, requests_sent: int = 12) -> list[requests.Response]:
     """Concurrent /embed calls, so that both API workers take some (each keeps its own list of served models)."""
     with ThreadPoolExecutor(max_workers=requests_sent) as pool:
-        return list(pool.map(lambda _: service.post("/embed", {"model": model, "sequences": [SEQUENCE]}), range(requests_sent)))
+        body = {"model": model, "sequences": [SEQUENCE]}
+        return list(pool.map(lambda _: service.post("/embed", body), range(requests_sent)))
 
 
 def test_load_and_unload_change_what_every_worker_serves(admin_service: RunningService) -> None:

@@ -115,7 +115,8 @@ def tiny_checkpoint(tiny_models: TinyModels) -> Path:
 @pytest.mark.parametrize("name", sorted(TINY_SIZES))
 def test_every_architecture_exports_within_tolerance(name: str, tiny_models: TinyModels) -> None:
     report = tiny_models.export(name).report
-    assert [graph.triton_name for graph in report.graphs] == [MODELS[name].triton_name(g.role) for g in MODELS[name].graphs]
+    description = MODELS[name]
+    assert [graph.triton_name for graph in report.graphs] == [description.triton_name(g.role) for g in description.graphs]
     assert all(graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3 for graph in report.graphs)
 
 
@@ -125,7 +126,8 @@ def test_export_writes_a_verified_version(tiny_models: TinyModels) -> None:
     test_exporter_cli.py's --version)."""
     exported = tiny_models.export("esm2nv")
     assert exported.report.graphs[0].parity.max_abs_diff < 1e-4
-    assert {p.name for p in (exported.repository / "esm2nv" / "1").iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
+    written = {path.name for path in (exported.repository / "esm2nv" / "1").iterdir()}
+    assert written == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
     rendered = render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32})
     assert (exported.repository / "esm2nv" / "config.pbtxt").read_text() == rendered
 
@@ -190,7 +192,8 @@ def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
     """The graph runs its last layer at the positions asked alone: what it answers there is what EsmForMaskedLM,
     which runs every layer at every token, answers (learned and rotary positions, padding, <mask>, both attentions)."""
     description = tiny(name)
-    graph = load_for_export(description, tiny_models.checkpoint(name), attention=attention).graphs[GraphRole.LANGUAGE_MODEL]
+    graphs = load_for_export(description, tiny_models.checkpoint(name), attention=attention).graphs
+    graph = graphs[GraphRole.LANGUAGE_MODEL]
     batch = trace_inputs(description, GraphRole.LANGUAGE_MODEL, {})
     feeds = {tensor: torch.from_numpy(array) for tensor, array in batch.feeds.items()}
     assert (feeds["input_ids"] == ESM_ALPHABET.index("<mask>")).any() and not feeds["attention_mask"].all()

@@ -70,9 +70,11 @@ def test_a_scrape_counts_what_was_served_exactly(metered: RunningService) -> Non
 
     statuses = [metered.post("/embed", {"sequences": [SHORT]}).status_code for _ in range(4)]
     statuses.append(metered.post("/embed", {"sequences": MIXED}).status_code)
-    statuses += [metered.post("/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": seed}).status_code for seed in (1, 2)]
+    for seed in (1, 2):
+        statuses.append(metered.post("/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": seed}).status_code)
     bad = [
-        metered.post("/embed", {"sequences": [SHORT, "MKTJ"]}).status_code,  # not an amino acid: esm2nv's tokenizer says so
+        # not an amino acid: esm2nv's tokenizer says so
+        metered.post("/embed", {"sequences": [SHORT, "MKTJ"]}).status_code,
         metered.post("/embed", {"sequences": [SHORT], "model": "no-such-model"}).status_code,
         metered.post("/embed", "{not json").status_code,
     ]
@@ -148,7 +150,8 @@ def test_triton_metrics_listen_on_loopback_only(metered: RunningService) -> None
 def test_every_dashboard_query_names_a_metric_the_service_exports(metered: RunningService) -> None:
     assert metered.post("/embed", {"sequences": [SHORT]}).status_code == 200
     assert metered.post("/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": 3}).status_code == 200
-    assert metered.post("/embed", {"sequences": ["MKTJ"]}).status_code == 422  # so that the error counters have a sample
+    # so that the error counters have a sample
+    assert metered.post("/embed", {"sequences": ["MKTJ"]}).status_code == 422
     text, _ = scrape(metered)
     # The names as Prometheus stores them: those of the exposition's lines (the parser would add _total to Triton's).
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", text, re.MULTILINE))

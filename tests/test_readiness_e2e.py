@@ -67,10 +67,8 @@ def broken_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
     """The service on a repository of the healthy models linked and the broken ones, SERVED_RUNTIME forced, past
     Triton's attempt to load every model."""
     repository = build_repository(tmp_path_factory.mktemp("readiness"), linked=HEALTHY, broken=BROKEN)
-    running = start_launcher(
-        {"BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_RUNTIME": SERVED_RUNTIME.value, "BIONEMO_ADMIN_TOKEN": TOKEN},
-        ready=False,
-    )
+    settings = {"BIONEMO_RUNTIME": SERVED_RUNTIME.value, "BIONEMO_ADMIN_TOKEN": TOKEN}
+    running = start_launcher({"BIONEMO_MODEL_REPOSITORY": str(repository), **settings}, ready=False)
     try:
         deadline = time.monotonic() + 180
         while not all(f"failed to load '{name}'" in running.log_tail(10**7) for name in BROKEN):

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import base64
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pytest
 import requests
 from transformers import AutoConfig
 
-from support.service import RunningService
 from model_catalog import MODELS, TokenizerKind
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support.paths import CHECKPOINTS
 from support.reference import TransformersReference
+from support.service import RunningService
 
 pytestmark = pytest.mark.e2e
 

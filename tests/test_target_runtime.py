@@ -103,8 +103,8 @@ def test_a_remote_repository_is_left_to_tritonserver() -> None:
 
 
 def test_launcher_refuses_a_gpu_target_before_starting_anything() -> None:
-    """As the tests and `make serve` start the service (support.service.start_launcher), with BIONEMO_TARGET=gpu: exit 2,
-    the one line of the refusal and nothing else, from bentoml or tritonserver."""
+    """As the tests and `make serve` start the service (support.service.start_launcher), with BIONEMO_TARGET=gpu: exit
+    2, the one line of the refusal and nothing else, from bentoml or tritonserver."""
     environment = dict(os.environ, BIONEMO_MODEL_REPOSITORY=str(REPOSITORY), BIONEMO_TARGET="gpu")
     launched = subprocess.run(
         [sys.executable, "-m", "serving.startup.launch", "service:svc"],

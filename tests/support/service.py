@@ -61,7 +61,8 @@ class RunningService:
 
     def triton_argument(self, option: str) -> str:
         """The value of one `--option=value` argument of the tritonserver the service started."""
-        (command,) = [command for command in map(_command_line, self.children) if Path(command[0]).name == "tritonserver"]
+        commands = map(_command_line, self.children)
+        (command,) = [command for command in commands if Path(command[0]).name == "tritonserver"]
         (value,) = [argument.split("=", 1)[1] for argument in command if argument.startswith(f"--{option}=")]
         return value
 
@@ -139,7 +140,8 @@ def start_service(
         if grpc:
             wait_until_serving(running.url, process, STARTUP_TIMEOUT_S, "bentoml serve-grpc")
         else:
-            wait_until_ready(f"{running.url}/{'readyz' if ready else 'livez'}", process, STARTUP_TIMEOUT_S, "bentoml serve")
+            probe = f"{running.url}/{'readyz' if ready else 'livez'}"
+            wait_until_ready(probe, process, STARTUP_TIMEOUT_S, "bentoml serve")
     except ReadinessTimeout as error:
         stop_process_group(process)
         pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
@@ -180,9 +182,9 @@ def stop_with_requests_in_flight(
 
 
 def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False, ready: bool = True) -> RunningService:
-    """`python -m serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
-    models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits, or to
-    break it)."""
+    """`python -m serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the
+    default models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits,
+    or to break it)."""
     missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
     if missing:
         pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
