@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 import tritonclient.http
 
 from model_catalog import MODELS
@@ -58,7 +57,7 @@ twice, interleaving the runtimes to keep each reference's tests together."""
 
 def served_runtimes(service: RunningService, model: str) -> list[tuple[str, str, str]]:
     """(Triton model, runtime, chosen by) of each graph of `model`, as GET /models shows them."""
-    (info,) = [entry for entry in requests.get(f"{service.url}/models", timeout=30).json()["models"] if entry["name"] == model]
+    (info,) = [entry for entry in service.served_models() if entry["name"] == model]
     return [(graph["triton_model"], graph["runtime"], graph["chosen_by"]) for graph in info["runtimes"]]
 
 
@@ -67,8 +66,8 @@ def test_the_forced_runtime_serves_what_transformers_computes(forced: tuple[Runt
     runtime, service = forced
     assert served_runtimes(service, model) == [(model, runtime.value, "BIONEMO_RUNTIME")]
     sequences = mixed_sequences(model)  # 1 residue to the model's limit in one request: several length buckets
-    embedded = requests.post(f"{service.url}/embed", json={"sequences": sequences, "model": model}, timeout=120)
-    hidden = requests.post(f"{service.url}/hidden", json={"sequences": sequences, "model": model}, timeout=120)
+    embedded = service.post("/embed", {"sequences": sequences, "model": model})
+    hidden = service.post("/hidden", {"sequences": sequences, "model": model})
     assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
     states = np.asarray(hidden.json()["hiddens"])
     for row, (sequence, vector) in enumerate(zip(sequences, embedded.json()["embeddings"])):
@@ -97,7 +96,7 @@ def test_the_forced_runtime_decodes_what_transformers_generates(forced: tuple[Ru
     expected = greedy_reference(reference(MOLECULES), hiddens, mask, 12)
     assert len(set(expected)) == 4  # the comparison has teeth
     body = {"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 12}
-    answer = requests.post(f"{service.url}/decode", json=body, timeout=120)
+    answer = service.post("/decode", body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["smiles"] == expected
 
@@ -107,7 +106,7 @@ def test_the_runtime_served_is_the_one_the_timings_picked(service: RunningServic
     its recorded timings; an untimed one (all layers, contacts: see GraphSpec.timed) runs onnxruntime. The config
     Triton loaded names it; the repository's own config names none, whatever other starts chose meanwhile."""
     triton = tritonclient.http.InferenceServerClient(service.triton_url)
-    for info in requests.get(f"{service.url}/models", timeout=30).json()["models"]:
+    for info in service.served_models():
         timed = {MODELS[info["name"]].triton_name(spec.role): spec.timed for spec in MODELS[info["name"]].graphs}
         for graph in info["runtimes"]:
             folder = DEFAULT_REPOSITORY / graph["triton_model"]

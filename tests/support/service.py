@@ -29,6 +29,8 @@ STARTUP_TIMEOUT_S = 180
 
 @dataclass(frozen=True)
 class RunningService:
+    """A service a test started: where it answers, the process group to stop, its log, and a client's calls."""
+
     url: str
     """http://127.0.0.1:PORT, or 127.0.0.1:PORT for `serve-grpc`."""
     process: subprocess.Popen
