@@ -38,8 +38,8 @@ from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import encoder_inputs
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
+from support.checkpoints import TINY_SIZES
 
-ESM_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 T5_SIZES = {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 1, "num_heads": 4}
 
 
@@ -60,7 +60,7 @@ def esm_checkpoint(
         vocab_size=len(ESM_ALPHABET), pad_token_id=1, mask_token_id=32, token_dropout=name == "esm2nv",
         position_embedding_type="rotary" if name == "esm2nv" else "absolute",
         max_position_embeddings=max_position_embeddings,
-        emb_layer_norm_before=False, layer_norm_eps=1e-5, **ESM_SIZES,
+        emb_layer_norm_before=False, layer_norm_eps=1e-5, **TINY_SIZES[name],
     )  # fmt: skip
     model = perturbed(model_class(config), seed=3)
     model.save_pretrained(folder)
