@@ -114,6 +114,7 @@ def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tm
             assert shape[0].dim_param and [d.dim_value or -1 for d in shape[1:]] == list(tensor.dims)
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_runtimes_writes_only_the_ones_asked_for_beside_the_onnx_file(
     checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -59,6 +59,7 @@ class Load:
             thread.join()
 
 
+@pytest.mark.slow
 def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_service: RunningService) -> None:
     url = own_service.url
     with Load(url) as load:
