@@ -242,6 +242,7 @@ def wait_for(url: str, timeout_s: float) -> None:
     pytest.fail(f"{url} did not answer 200 within {timeout_s} s")
 
 
+@pytest.mark.slow
 def test_the_manifests_pod_runs_under_podman_kube_play(image: str, tmp_path: Path) -> None:
     """deploy/kubernetes.yaml with nothing changed but its image, under `podman kube play`: no Kubernetes API server
     or kubelet can run here. Two things a cluster gives that podman 4.3 does not, given from outside the manifest:
