@@ -81,8 +81,8 @@ def test_each_scoring_method_equals_transformers_on_single_and_multi_mutants(
         for v in short_variants
     ]
     for method, scores in expected.items():
-        reply = answer(
-            service, "/score", {"model": model, "sequence": WILD_TYPE, "mutations": variants, "method": method}
+        reply = service.answer(
+            "/score", {"model": model, "sequence": WILD_TYPE, "mutations": variants, "method": method}
         )
         assert reply["method"] == method
         np.testing.assert_allclose(reply["scores"], scores, rtol=0, atol=TOLERANCE)
