@@ -24,7 +24,7 @@ from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, ENCODER, MODELS, GraphRole, Target
 from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import Runtime
-from support.checkpoints import TINY_SIZES, TinyModels, tiny
+from support.checkpoints import EVERY_RUNTIME_FILE, TINY_SIZES, TinyModels, tiny
 from support.paths import CHECKPOINTS, DEFAULT_REPOSITORY
 from test_cached_decoder import DECODER_RUNTIMES
 
@@ -100,10 +100,6 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
         assert text.split("\n\n")[0] == rendered.split("\n\n")[0]  # the header documenting each tensor
         assert config.name == description.triton_name(graph.role)
         assert [t.name for t in config.input] == [spec.name for spec in graph.inputs]
-
-
-EVERY_RUNTIME_FILE = {runtime.file("model") for runtime in Runtime} | {"model.openvino.bin"}
-"""An encoder's files, one per runtime (OpenVINO's weights beside its graph)."""
 
 
 @pytest.fixture(scope="module")

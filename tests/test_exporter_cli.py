@@ -17,8 +17,7 @@ from exporter.pipeline import Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
 from model_catalog import GraphRole, Target
 from runtimes.engines import Runtime
-from support.checkpoints import TinyModels, tiny
-from test_exporter import EVERY_RUNTIME_FILE
+from support.checkpoints import EVERY_RUNTIME_FILE, TinyModels, tiny
 
 TINY_ESM2 = tiny("esm2nv")
 
