@@ -15,7 +15,7 @@ EXPORT_SOURCES := model_catalog.py \
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve serve-grpc test audit lock image bench soak clean
+.PHONY: install models serve serve-grpc test test-fast audit lock image bench soak clean
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -60,6 +60,11 @@ $(CONTAINER_ENGINE_READY): $(INSTALLED) container/engine.py
 test: install models $(CONTAINER_ENGINE_READY)
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory audit
+
+# The fast layer, in under 2 minutes: every test but the e2e ones (the real service, the exporter, runtime timings, the
+# default export) and the image's (pyproject.toml's markers). It needs no model export and no container engine.
+test-fast: install
+	$(BIN)/python -m pytest -m "not e2e and not container"
 
 # Every target's image pins (container/requirements-*.lock) against OSV's advisories, with pip-audit: exit 1 on a
 # known vulnerability or a pin left unaudited. Where the service is unreachable (a closed network, CI's too) it prints

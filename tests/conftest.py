@@ -1,172 +1,25 @@
-"""Fixtures that start the real stack: `bentoml serve` (or `serve-grpc`) with the real tritonserver behind it."""
+"""The suite's shared fixtures: the real stack (`bentoml serve` with the real tritonserver behind it) and the tiny
+models the exporter's and the runtimes' tests export once. What they are built from lives in tests/support/."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 
-import psutil
 import pytest
-import requests
-import tritonclient.http
-from reference import CHECKPOINTS
 
-from model_catalog import MODELS
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_REPOSITORY = ROOT / "model_repository"
-STARTUP_TIMEOUT_S = 180
-
-
-@dataclass(frozen=True)
-class RunningService:
-    url: str
-    """http://127.0.0.1:PORT, or 127.0.0.1:PORT for `serve-grpc`."""
-    process: subprocess.Popen
-    log_path: Path
-    children: list[psutil.Process] = field(default_factory=list)
-
-    def log_tail(self, characters: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-characters:]
-
-    def triton_argument(self, option: str) -> str:
-        """The value of one `--option=value` argument of the tritonserver the service started."""
-        (command,) = [command for command in map(_command_line, self.children) if Path(command[0]).name == "tritonserver"]
-        (value,) = [argument.split("=", 1)[1] for argument in command if argument.startswith(f"--{option}=")]
-        return value
-
-    @property
-    def triton_url(self) -> str:
-        """host:port of the HTTP endpoint of the tritonserver the service started (the runner picks the port)."""
-        return f"127.0.0.1:{self.triton_argument('http-port')}"
-
-    @property
-    def served_repository(self) -> Path:
-        """The folder tritonserver serves: the launcher's own for this start (runtimes/served_repository.py)."""
-        return Path(self.triton_argument("model-repository"))
-
-    def triton_counts(self, model: str) -> tuple[int, int]:
-        """Triton's (inference_count, execution_count) of `model` so far: rows answered and model runs."""
-        statistics = tritonclient.http.InferenceServerClient(self.triton_url).get_inference_statistics(model)
-        (entry,) = statistics["model_stats"]
-        return entry["inference_count"], entry["execution_count"]
-
-
-def _command_line(process: psutil.Process) -> list[str]:
-    """The process's arguments; [""] for one that has ended (a model's stub, say)."""
-    try:
-        return process.cmdline() or [""]
-    except psutil.NoSuchProcess:
-        return [""]
-
-
-def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
-    """SIGTERM the group `process` leads, then SIGKILL whatever is left after `grace_s`."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace_s)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-
-
-def start_service(
-    command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False, ready: bool = True
-) -> RunningService:
-    """Start `command` (a launcher of `bentoml serve`, or of `serve-grpc` with `grpc`) in its own process group;
-    wait for /readyz (gRPC: the health service's SERVING), or with `ready` False for /livez alone (HTTP: a service
-    that is not to become ready).
-
-    `environment` adds to this process's; the port (and the gRPC metrics port) is a free loopback port.
-    """
-    port = free_loopback_port()
-    env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    env.update(environment, BIONEMO_HOST="127.0.0.1", BIONEMO_PORT=str(port))
-    if grpc:
-        env.setdefault("BIONEMO_GRPC_METRICS_PORT", str(free_loopback_port()))
-    log_path = Path(tempfile.mkstemp(prefix="bentoml-serve-", suffix=".log")[1])
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    running = RunningService(f"127.0.0.1:{port}" if grpc else f"http://127.0.0.1:{port}", process, log_path)
-    try:
-        if grpc:
-            wait_until_serving(running.url, process, STARTUP_TIMEOUT_S, "bentoml serve-grpc")
-        else:
-            wait_until_ready(f"{running.url}/{'readyz' if ready else 'livez'}", process, STARTUP_TIMEOUT_S, "bentoml serve")
-    except ReadinessTimeout as error:
-        stop_process_group(process)
-        pytest.fail(f"{error}\n--- log ---\n{running.log_tail()}")
-    children = psutil.Process(process.pid).children(recursive=True)  # tritonserver among them
-    assert any("tritonserver" in " ".join(child.cmdline()) for child in children), running.log_tail()
-    running.children.extend(children)
-    return running
-
-
-def stop_service(running: RunningService) -> None:
-    """Stop what `start_service` started, by its PID, and check nothing it started is left."""
-    stop_process_group(running.process)
-    survivors = [child.pid for child in running.children if child.is_running()]
-    assert not survivors, f"still running after stop: {survivors}"
-    running.log_path.unlink(missing_ok=True)
-
-
-def stop_with_requests_in_flight(
-    url: str, body: dict[str, object], clients: int, stop: Callable[[], int], head_start_s: float
-) -> tuple[list[int], int, float]:
-    """`clients` POSTs of `body` to `url` at once, then after `head_start_s` `stop()`, which stops the server and
-    returns its exit status: the answers' HTTP statuses, that exit status, and the seconds from the stop to the last
-    answer."""
-    answers: list[int] = []
-
-    def post() -> None:
-        answers.append(requests.post(url, json=body, timeout=300).status_code)
-
-    threads = [threading.Thread(target=post) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    time.sleep(head_start_s)
-    started = time.monotonic()
-    status = stop()
-    for thread in threads:
-        thread.join()
-    return answers, status, time.monotonic() - started
-
-
-def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False, ready: bool = True) -> RunningService:
-    """`python -m serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the default
-    models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits, or to
-    break it)."""
-    missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
-    if missing:
-        pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
-    return start_service(
-        [sys.executable, "-m", "serving.startup.launch", *(["--grpc"] if grpc else []), "service:svc"],
-        ROOT,
-        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
-        grpc,
-        ready,
-    )
+from support.checkpoints import TinyModels
+from support.service import RunningService, start_launcher, stop_service
 
 
 @pytest.fixture(scope="session")
 def service() -> Iterator[RunningService]:
+    """The default models, served as `make serve` serves them, for every test that changes nothing of the service."""
     running = start_launcher()
     yield running
     stop_service(running)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """Tiny checkpoints of each architecture and their exports, each made once a session, on first use."""
+    return TinyModels(tmp_path_factory.mktemp("tiny-models"))

@@ -4,7 +4,6 @@ Triton with it; the public API can change nothing, and neither can anyone at Tri
 from __future__ import annotations
 
 import secrets
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,9 +14,12 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import DEFAULT_REPOSITORY, RunningService, start_launcher, stop_service
 from model_catalog import MODELS
-from reference import TransformersReference
+from support.reference import TransformersReference
+from support.repositories import build_repository, models_in
+from support.service import RunningService, start_launcher, stop_service
+
+pytestmark = pytest.mark.e2e
 
 TOKEN = secrets.token_hex(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
@@ -28,16 +30,9 @@ BROKEN = "esm1nv"
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default models, linked, and a copy of esm1nv whose model file is garbage."""
-    folder = tmp_path_factory.mktemp("repository")
-    for model in DEFAULT_REPOSITORY.iterdir():
-        if model.is_dir() and model.name != BROKEN:
-            (folder / model.name).symlink_to(model, target_is_directory=True)
-    shutil.copytree(DEFAULT_REPOSITORY / BROKEN, folder / BROKEN, ignore=shutil.ignore_patterns("__pycache__"))
-    for broken in (folder / BROKEN / "1").glob("model.*"):  # every runtime's file: whichever the config names
-        if broken.name != "model.py":
-            broken.write_bytes(b"not a model")
-    return folder
+    """The default models, linked, and a copy of esm1nv whose graph files are garbage."""
+    healthy = [model for model in models_in() if model != BROKEN]
+    return build_repository(tmp_path_factory.mktemp("repository"), linked=healthy, broken=[BROKEN])
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +50,8 @@ def admin_service(repository: Path) -> Iterator[RunningService]:
     stop_service(running)
 
 
-def call(service: RunningService, path: str, body: Any = None, headers: dict[str, str] | None = None) -> requests.Response:
-    return requests.post(f"{service.url}{path}", json=body, headers=headers, timeout=120)
-
-
 def served(service: RunningService) -> set[str]:
-    response = requests.get(f"{service.url}/models", timeout=30)
-    assert response.status_code == 200, response.text
-    return {model["name"] for model in response.json()["models"]}
+    return {model["name"] for model in service.served_models()}
 
 
 @pytest.mark.parametrize(
@@ -72,7 +61,7 @@ def served(service: RunningService) -> set[str]:
 )
 @pytest.mark.parametrize("path", ["/admin/repository", "/admin/load", "/admin/unload"])
 def test_admin_endpoints_need_the_token(admin_service: RunningService, path: str, headers: dict[str, str] | None) -> None:
-    response = call(admin_service, path, {"model": "prott5nv"}, headers)
+    response = admin_service.post(path, {"model": "prott5nv"}, headers)
     assert response.status_code == 401, response.text
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
     (detail,) = response.json()["error"]["details"]
@@ -95,13 +84,14 @@ def test_repository_lists_loaded_and_unloaded_models(admin_service: RunningServi
 def embed_concurrently(service: RunningService, model: str, requests_sent: int = 12) -> list[requests.Response]:
     """Concurrent /embed calls, so that both API workers take some (each keeps its own list of served models)."""
     with ThreadPoolExecutor(max_workers=requests_sent) as pool:
-        return list(pool.map(lambda _: call(service, "/embed", {"model": model, "sequences": [SEQUENCE]}), range(requests_sent)))
+        body = {"model": model, "sequences": [SEQUENCE]}
+        return list(pool.map(lambda _: service.post("/embed", body), range(requests_sent)))
 
 
 def test_load_and_unload_change_what_every_worker_serves(admin_service: RunningService) -> None:
     assert {answer.status_code for answer in embed_concurrently(admin_service, "prott5nv")} == {422}
 
-    loaded = call(admin_service, "/admin/load", {"model": "prott5nv"}, ADMIN)
+    loaded = admin_service.post("/admin/load", {"model": "prott5nv"}, ADMIN)
     assert loaded.status_code == 200, loaded.text
     assert {model["name"] for model in loaded.json()["models"]} == {"esm2nv", "prott5nv"}
     expected = TransformersReference("prott5nv").mean_embedding(SEQUENCE)
@@ -109,7 +99,7 @@ def test_load_and_unload_change_what_every_worker_serves(admin_service: RunningS
         assert embedded.status_code == 200, embedded.text
         assert np.abs(np.asarray(embedded.json()["embeddings"][0]) - expected).max() < 1e-4
 
-    unloaded = call(admin_service, "/admin/unload", {"model": "prott5nv"}, ADMIN)
+    unloaded = admin_service.post("/admin/unload", {"model": "prott5nv"}, ADMIN)
     assert unloaded.status_code == 200, unloaded.text
     assert {model["name"] for model in unloaded.json()["models"]} == {"esm2nv"}
     # A worker that still lists the model learns from the failed Triton calls: 503s, then never again.
@@ -119,29 +109,29 @@ def test_load_and_unload_change_what_every_worker_serves(admin_service: RunningS
     assert {answer.status_code for answer in then} == {422}, [answer.text for answer in then]
     assert then[0].json()["error"]["details"][0]["field"] == "model"
     assert served(admin_service) == served(admin_service) == {"esm2nv"}
-    assert call(admin_service, "/embed", {"model": "esm2nv", "sequences": [SEQUENCE]}).status_code == 200
+    assert admin_service.post("/embed", {"model": "esm2nv", "sequences": [SEQUENCE]}).status_code == 200
 
 
 def test_a_model_triton_cannot_load_is_a_502_with_its_reason(admin_service: RunningService) -> None:
-    response = call(admin_service, "/admin/load", {"model": BROKEN}, ADMIN)
+    response = admin_service.post("/admin/load", {"model": BROKEN}, ADMIN)
     assert response.status_code == 502, response.text
     error = response.json()["error"]
     assert error["type"] == "model_load_failed" and error["details"][0]["field"] == "model"
     assert BROKEN in error["message"]
     assert served(admin_service) == {"esm2nv"}
-    assert call(admin_service, "/embed", {"model": "esm2nv", "sequences": [SEQUENCE]}).status_code == 200
+    assert admin_service.post("/embed", {"model": "esm2nv", "sequences": [SEQUENCE]}).status_code == 200
 
 
 @pytest.mark.parametrize("body", [{"model": "esm9"}, {"model": "../esm2nv"}, {"model": "esm2nv/1"}, {}, {"model": 1}])
 def test_admin_requests_name_only_catalogued_models(admin_service: RunningService, body: dict[str, Any]) -> None:
-    response = call(admin_service, "/admin/load", body, ADMIN)
+    response = admin_service.post("/admin/load", body, ADMIN)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["details"][0]["field"] == "model"
 
 
 def test_without_the_token_setting_there_is_no_admin_api(service: RunningService) -> None:
     for path in ("/admin/repository", "/admin/load", "/admin/unload"):
-        assert call(service, path, {"model": "esm2nv"}, ADMIN).status_code == 404
+        assert service.post(path, {"model": "esm2nv"}, ADMIN).status_code == 404
     paths = requests.get(f"{service.url}/docs.json", timeout=30).json()["paths"]
     assert not [path for path in paths if "admin" in path or "load" in path or "repository" in path]
 

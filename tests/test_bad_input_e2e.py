@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import requests
 
-from conftest import RunningService
+from support.service import RunningService
+
+pytestmark = pytest.mark.e2e
 
 BAD_INPUTS = [
     pytest.param("/embed", b"{not json", 400, "body", "not valid JSON", id="not-json"),

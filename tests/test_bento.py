@@ -1,34 +1,29 @@
-"""The bento, built for real: its Dockerfile, its targets, and its entrypoint serving on this machine.
+"""The bento, built for real: its Dockerfile, its targets, and the image's step that writes the tritonserver wrapper.
 
-No docker daemon runs here, so the image itself is not built; everything up to
-`docker build` is: `build_bento.py`, BentoML's generated Dockerfile, and the
-image's entrypoint script run against the built bento.
+What the image's entrypoint serves (`serve` and `serve-grpc` with `--triton-options`, the options reaching Triton,
+only the loaded model served, tritonserver on loopback only) is test_image_e2e.py's, in the image built from this
+bento: checked on this machine too, it was the same entrypoint, options and checks, started twice more.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import psutil
 import pytest
-import requests
 import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from build_bento import repository_is_complete
-from conftest import ROOT, RunningService, start_service, stop_service
+from support.paths import ROOT
 from model_catalog import MODELS
-from reference import TransformersReference
+
+pytestmark = pytest.mark.e2e
 
 PROVISION_STEP = re.compile(
     r"^RUN (cd /home/bentoml/bento/src && /app/\.venv/bin/python .*-m tritonserver_setup --no-check)$", re.MULTILINE
@@ -178,84 +173,3 @@ def test_gpu_target_sets_the_config_triton_loads(bento_home: Path, gpu_bento: Pa
     info = yaml.safe_load((gpu_bento / "bento.yaml").read_text())
     assert info["labels"]["target"] == "gpu"
     assert "ARG BIONEMO_TARGET=gpu" in containerfile(bento_home, gpu_bento)
-
-
-@pytest.fixture(scope="module")
-def entrypoint_service(bento_home: Path, cpu_bento: Path) -> Iterator[RunningService]:
-    """The image's entrypoint, as `docker run IMAGE serve --triton-options ...` would run it."""
-    running = start_service(
-        [
-            "bash", str(cpu_bento / "src" / "container" / "entrypoint.sh"), "serve",
-            "--triton-options", "model-control-mode=explicit", "--triton-options=load-model=esm2nv",
-        ],
-        ROOT,
-        {"BENTO_PATH": str(cpu_bento), "BENTOML_HOME": str(bento_home), "BENTOML_DO_NOT_TRACK": "true"},
-    )  # fmt: skip
-    yield running
-    stop_service(running)
-
-
-def test_entrypoint_serves_the_built_bento_with_triton_options(entrypoint_service: RunningService) -> None:
-    command = " ".join(" ".join(child.cmdline()) for child in entrypoint_service.children)
-    assert "--model-control-mode=explicit" in command and "--load-model=esm2nv" in command
-    assert str(entrypoint_service.process.args[1]).endswith("src/container/entrypoint.sh")
-    sequence = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
-    response = requests.post(f"{entrypoint_service.url}/embed", json={"model": "esm2nv", "sequences": [sequence]}, timeout=60)
-    assert response.status_code == 200, response.text
-    expected = TransformersReference("esm2nv").mean_embedding(sequence)
-    np.testing.assert_allclose(np.asarray(response.json()["embeddings"][0]), expected, atol=1e-4)
-
-
-def test_explicit_model_control_serves_only_the_loaded_model(entrypoint_service: RunningService) -> None:
-    models = requests.get(f"{entrypoint_service.url}/models", timeout=30).json()["models"]
-    assert [model["name"] for model in models] == ["esm2nv"]
-    response = requests.post(f"{entrypoint_service.url}/embed", json={"model": "esm1nv", "sequences": ["MKV"]}, timeout=30)
-    assert response.status_code == 422
-    assert json.loads(response.text)["error"]["details"] == [
-        {"field": "model", "message": "'esm1nv' is not served; served models: esm2nv"}
-    ]
-
-
-def test_tritonserver_listens_on_loopback_only(entrypoint_service: RunningService) -> None:
-    triton = [child for child in entrypoint_service.children if "tritonserver" in " ".join(child.cmdline())]
-    listening = [
-        connection.laddr
-        for process in triton
-        for connection in process.net_connections(kind="inet")
-        if connection.status == psutil.CONN_LISTEN
-    ]
-    assert listening, "tritonserver listens nowhere?"
-    assert all(ipaddress.ip_address(address.ip).is_loopback for address in listening), listening
-
-
-def test_entrypoint_serve_grpc_serves_the_built_bento_on_bentomls_grpc_server(bento_home: Path, cpu_bento: Path) -> None:
-    """`docker run IMAGE serve-grpc --triton-options ...`: BentoML's gRPC server, the same settings and Triton options."""
-    import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's gRPC client)
-    from bentoml.client import Client
-
-    running = start_service(
-        [
-            "bash", str(cpu_bento / "src" / "container" / "entrypoint.sh"), "serve-grpc",
-            "--triton-options", "model-control-mode=explicit", "--triton-options=load-model=esm2nv",
-        ],
-        ROOT,
-        {"BENTO_PATH": str(cpu_bento), "BENTOML_HOME": str(bento_home), "BENTOML_DO_NOT_TRACK": "true"},
-        grpc=True,
-    )  # fmt: skip
-    try:
-        processes = [psutil.Process(running.process.pid), *running.children]  # the entrypoint became bentoml serve-grpc
-        command = " ".join(" ".join(process.cmdline()) for process in processes)
-        assert " -m bentoml serve-grpc " in command and "--load-model=esm2nv" in command
-        sequence = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
-        answer = Client.from_url(running.url, kind="grpc").embed({"model": "esm2nv", "sequences": [sequence]})
-        expected = TransformersReference("esm2nv").mean_embedding(sequence)
-        np.testing.assert_allclose(np.asarray(answer["embeddings"][0]), expected, atol=1e-4)
-        listening = [
-            connection.laddr
-            for child in running.children
-            for connection in child.net_connections(kind="inet")
-            if connection.status == psutil.CONN_LISTEN
-        ]
-        assert all(ipaddress.ip_address(address.ip.removeprefix("::ffff:")).is_loopback for address in listening), listening
-    finally:
-        stop_service(running)

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import RunningService
-from reference import TransformersReference
+from support.service import RunningService
+from support.reference import TransformersReference
 from test_service_e2e import TOLERANCE, mixed_sequences
+
+pytestmark = pytest.mark.e2e
 
 PUBLIC_APIS = {
     "embed", "embed_ndarray", "hidden", "logits", "score", "contacts", "decode", "decode_ndarray", "generate", "models",

@@ -15,7 +15,7 @@ import pytest
 import requests
 from bentoml.exceptions import BentoMLException, UnprocessableEntity
 
-from conftest import RunningService
+from support.service import RunningService
 from test_bentoml_client_e2e import (  # noqa: F401  (molecule_hiddens: a fixture of both modules)
     BAD_REQUESTS,
     MOLECULES,
@@ -25,6 +25,8 @@ from test_bentoml_client_e2e import (  # noqa: F401  (molecule_hiddens: a fixtur
     through_curl,
 )
 from test_service_e2e import mixed_sequences
+
+pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 120
 """The clients' own default is 30 s: too short for a protein at the length limit on a shared 2-core machine."""

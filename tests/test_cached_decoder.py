@@ -17,7 +17,9 @@ from exporter.runtime_export import CONVERTERS
 from model_catalog import DECODER, OnnxGraph
 from runtimes.engines import Engine, Runtime, open_engine
 from runtimes.step_caches import layer_caches
-from reference import CHECKPOINTS
+from support.paths import CHECKPOINTS
+
+pytestmark = pytest.mark.e2e
 
 Source = tuple[torch.Tensor, torch.Tensor]
 

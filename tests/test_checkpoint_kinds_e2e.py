@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import requests
 import torch
-from conftest import RunningService, start_launcher, stop_service
-from reference import TransformersReference
+from support.service import RunningService, start_launcher, stop_service
+from support.reference import TransformersReference
 from test_huggingface_checkpoints import esm_checkpoint, t5_checkpoint
 from test_nemo_checkpoints import hf_model as esm_nemo_source
 from test_nemo_checkpoints import megatron_config as esm_megatron_config
@@ -35,6 +35,8 @@ from exporter import export_model
 from model_catalog import MODELS
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE, SmilesTokenizer
 from preprocessing.vocabularies import ESM_ALPHABET
+
+pytestmark = pytest.mark.e2e
 
 PROTEIN = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIVATPRGYVLAGG"
 MOLECULES = ["CC(=O)Nc1ccc(O)cc1", "c1ccccc1O"]
@@ -88,17 +90,11 @@ def service(sources: dict[str, object]) -> Iterator[RunningService]:
     stop_service(running)
 
 
-def post(service: RunningService, path: str, body: dict[str, object]) -> dict[str, object]:
-    response = requests.post(f"{service.url}{path}", json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
 @pytest.mark.parametrize("name", ["esm1nv", "prott5nv", "esm2nv"])
 def test_protein_checkpoints_serve_the_embeddings_of_their_weights(
     service: RunningService, sources: dict[str, object], name: str
 ) -> None:
-    answer = post(service, "/embed", {"model": name, "sequences": [PROTEIN, PROTEIN[:9]]})
+    answer = service.answer("/embed", {"model": name, "sequences": [PROTEIN, PROTEIN[:9]]})
     reference: TransformersReference = sources[name]
     for sequence, embedding in zip([PROTEIN, PROTEIN[:9]], answer["embeddings"]):
         np.testing.assert_allclose(embedding, reference.mean_embedding(sequence), rtol=0, atol=1e-4)
@@ -109,15 +105,15 @@ def test_megamolbart_nemo_serves_its_embeddings_and_greedy_decoding(
 ) -> None:
     original: MBartForConditionalGeneration = sources["megamolbart"]
     tokenizer = SmilesTokenizer(max_tokens=MODELS["megamolbart"].max_length)
-    answer = post(service, "/embed", {"model": "megamolbart", "sequences": MOLECULES})
+    answer = service.answer("/embed", {"model": "megamolbart", "sequences": MOLECULES})
     for smiles, embedding in zip(MOLECULES, answer["embeddings"]):
         ids = torch.from_numpy(tokenizer.encode(smiles))[None]
         with torch.inference_mode():
             states = original.get_encoder()(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
         np.testing.assert_allclose(embedding, states[0].mean(0).numpy(), rtol=0, atol=1e-4)
 
-    latent = post(service, "/hidden", {"model": "megamolbart", "sequences": MOLECULES})
-    decoded = post(service, "/decode", {"hiddens": latent["hiddens"], "mask": latent["mask"], "max_length": 20})
+    latent = service.answer("/hidden", {"model": "megamolbart", "sequences": MOLECULES})
+    decoded = service.answer("/decode", {"hiddens": latent["hiddens"], "mask": latent["mask"], "max_length": 20})
     with torch.inference_mode():  # transformers' own greedy generate on the original weights
         ids = original.generate(
             encoder_outputs=BaseModelOutput(last_hidden_state=torch.tensor(latent["hiddens"])),
@@ -138,7 +134,7 @@ def test_esm2nv_nemo_serves_the_log_probs_of_its_masked_lm_head(
     service: RunningService, sources: dict[str, object]
 ) -> None:
     sequences = [PROTEIN, PROTEIN[:5] + "<mask>" + PROTEIN[6:20]]
-    answer = post(service, "/logits", {"model": "esm2nv", "sequences": sequences})
+    answer = service.answer("/logits", {"model": "esm2nv", "sequences": sequences})
     reference: TransformersReference = sources["esm2nv"]
     for sequence, log_probs in zip(sequences, answer["log_probs"]):
         np.testing.assert_allclose(log_probs, reference.log_probs(sequence), rtol=0, atol=1e-4)

@@ -8,9 +8,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import requests
 
-from conftest import ROOT, RunningService
+from support.paths import ROOT
+from support.service import RunningService
+
+pytestmark = pytest.mark.e2e
 
 
 def client(service: RunningService, *args: str) -> subprocess.CompletedProcess:

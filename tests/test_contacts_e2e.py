@@ -7,21 +7,17 @@ import base64
 import numpy as np
 import pytest
 import requests
-from conftest import RunningService
-from reference import TransformersReference
+from support.service import RunningService
+from support.reference import TransformersReference
 from test_language_model_e2e import proteins
 
-
-def answer(service: RunningService, body: dict[str, object]) -> dict:
-    response = requests.post(f"{service.url}/contacts", json=body, timeout=300)
-    assert response.status_code == 200, response.text
-    return response.json()
+pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.parametrize("model", ["esm1nv", "esm2nv"])
 def test_contacts_equal_transformers_on_mixed_lengths(service: RunningService, model: str) -> None:
     sequences = proteins(np.random.default_rng(4), [1, 9, 60, 250]) + ["MKTXBUZO"]
-    reply = answer(service, {"model": model, "sequences": sequences})
+    reply = service.answer("/contacts", {"model": model, "sequences": sequences})
     reference = TransformersReference(model)
     for sequence, contacts in zip(sequences, reply["contacts"]):
         expected = reference.contacts(sequence)
@@ -32,7 +28,7 @@ def test_contacts_equal_transformers_on_mixed_lengths(service: RunningService, m
 
 def test_contacts_come_as_base64(service: RunningService) -> None:
     sequence = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQ"
-    (encoded,) = answer(service, {"sequences": [sequence], "encoding_format": "base64"})["contacts"]
+    (encoded,) = service.answer("/contacts", {"sequences": [sequence], "encoding_format": "base64"})["contacts"]
     contacts = np.frombuffer(base64.b64decode(encoded), dtype="<f4").reshape(len(sequence), len(sequence))
     np.testing.assert_allclose(contacts, TransformersReference("esm2nv").contacts(sequence), rtol=0, atol=1e-4)
 

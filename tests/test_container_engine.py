@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from support.paths import ROOT
 
 
 def test_without_an_engine_or_apt_provisioning_fails_naming_what_to_install(tmp_path: Path) -> None:

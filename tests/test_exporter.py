@@ -14,17 +14,18 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
-from exporter.architectures import create_default_checkpoint, load_for_export
+from exporter.architectures import load_for_export
 from exporter.errors import CheckpointError
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
-from model_catalog import DECODER, MODELS, RANDOM_INIT_WEIGHTS, GraphRole, Target
+from model_catalog import DECODER, ENCODER, MODELS, RANDOM_INIT_WEIGHTS, GraphRole, Target
 from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import Runtime
-from reference import CHECKPOINTS
+from support.checkpoints import EVERY_RUNTIME_FILE, TINY_SIZES, TinyModels, tiny
+from support.paths import CHECKPOINTS, DEFAULT_REPOSITORY
 from test_cached_decoder import DECODER_RUNTIMES
 
 ESM2 = MODELS["esm2nv"]
@@ -82,10 +83,11 @@ def test_the_stateful_decoder_keeps_the_python_backend_in_one_instance_on_every_
     assert [tuple(t.dims) for t in config.input] == [(-1,), (-1,), (-1,), (-1, -1, 32), (-1, -1), (-1,)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     description = MODELS[name]
-    repository = Path(__file__).resolve().parent.parent / "model_repository"
+    repository = DEFAULT_REPOSITORY
     sizes = load_for_export(description, CHECKPOINTS / name).sizes
     assert {"hidden_size"} <= sizes.keys()
     for graph, target in itertools.product(description.graphs, Target):
@@ -101,47 +103,38 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
         assert config.parameters["checkpoint"].string_value == RANDOM_INIT_WEIGHTS  # `exporter defaults` says so
 
 
-TINY_SIZES = {
-    "megamolbart": {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-                    "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64},
-    "esm1nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
-    "esm2nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
-    "prott5nv": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
-}
-
-
-EVERY_RUNTIME_FILE = {runtime.file("model") for runtime in Runtime} | {"model.openvino.bin"}
-"""An encoder's files, one per runtime (OpenVINO's weights beside its graph)."""
-
-
 @pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("checkpoint") / "esm2"
-    create_default_checkpoint(replace(ESM2, default_checkpoint_config=TINY_SIZES["esm2nv"]), folder, seed=1)
-    return folder
+def tiny_checkpoint(tiny_models: TinyModels) -> Path:
+    return tiny_models.checkpoint("esm2nv")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(TINY_SIZES))
-def test_every_architecture_exports_within_tolerance(name: str, tmp_path: Path) -> None:
-    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
-    create_default_checkpoint(description, tmp_path / "checkpoint", seed=2)
-    report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
+def test_every_architecture_exports_within_tolerance(name: str, tiny_models: TinyModels) -> None:
+    report = tiny_models.export(name).report
+    description = MODELS[name]
     assert [graph.triton_name for graph in report.graphs] == [description.triton_name(g.role) for g in description.graphs]
     assert all(graph.parity.max_abs_diff < 1e-4 and graph.parity.batches == 3 for graph in report.graphs)
 
 
-def test_export_writes_a_verified_version(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    report = export_model(ESM2, tiny_checkpoint, tmp_path, version=3)
-    assert report.graphs[0].parity.max_abs_diff < 1e-4
-    assert {p.name for p in (tmp_path / "esm2nv" / "3").iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
+@pytest.mark.e2e
+def test_export_writes_a_verified_version(tiny_models: TinyModels) -> None:
+    """Every runtime's file and the backend in the version's folder, the config beside them (other versions than 1:
+    test_exporter_cli.py's --version)."""
+    exported = tiny_models.export("esm2nv")
+    assert exported.report.graphs[0].parity.max_abs_diff < 1e-4
+    written = {path.name for path in (exported.repository / "esm2nv" / "1").iterdir()}
+    assert written == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
     # the config records the checkpoint's folder name as where the weights came from (GET /models: `weights`)
-    rendered = render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32}, checkpoint=tiny_checkpoint.name)
-    assert (tmp_path / "esm2nv" / "config.pbtxt").read_text() == rendered
+    rendered = render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32}, checkpoint=exported.checkpoint.name)
+    assert (exported.repository / "esm2nv" / "config.pbtxt").read_text() == rendered
 
 
+@pytest.mark.e2e
 def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """The mechanism models over 2 GB need, forced on a small one: the gate runs on the split files."""
-    report = export_model(ESM2, tiny_checkpoint, tmp_path, external_data=True)
+    """The mechanism models over 2 GB need, forced on a small one: the gate runs on the split files. The encoder
+    alone: every graph is written by the same code."""
+    report = export_model(replace(ESM2, graphs=(ENCODER,)), tiny_checkpoint, tmp_path, external_data=True)
     version_dir = tmp_path / "esm2nv" / "1"
     weights = {"model.onnx.data", "model.fused.onnx.data"}
     assert {p.name for p in version_dir.iterdir()} == EVERY_RUNTIME_FILE | weights | {"model.py", "engines.py"}
@@ -155,12 +148,14 @@ def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path,
     assert not list(tmp_path.glob("**/.trace-*"))
 
 
+@pytest.mark.e2e
 def test_gate_refuses_and_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
     with pytest.raises(ParityError, match="was not written"):
         export_model(ESM2, tiny_checkpoint, tmp_path, tolerance=0.0)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_gate_catches_a_graph_that_differs_from_the_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
     graphs = load_for_export(ESM2, tiny_checkpoint).graphs
     module, graph = graphs[GraphRole.ENCODER], ESM2.graphs[0]
@@ -191,13 +186,13 @@ def test_encoder_graph_embeddings_average_the_hidden_states_over_the_pooling_mas
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
 def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
-    name: str, attention: str, tmp_path: Path
+    name: str, attention: str, tiny_models: TinyModels
 ) -> None:
     """The graph runs its last layer at the positions asked alone: what it answers there is what EsmForMaskedLM,
     which runs every layer at every token, answers (learned and rotary positions, padding, <mask>, both attentions)."""
-    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
-    create_default_checkpoint(description, tmp_path, seed=3)
-    graph = load_for_export(description, tmp_path, attention=attention).graphs[GraphRole.LANGUAGE_MODEL]
+    description = tiny(name)
+    graphs = load_for_export(description, tiny_models.checkpoint(name), attention=attention).graphs
+    graph = graphs[GraphRole.LANGUAGE_MODEL]
     batch = trace_inputs(description, GraphRole.LANGUAGE_MODEL, {})
     feeds = {tensor: torch.from_numpy(array) for tensor, array in batch.feeds.items()}
     assert (feeds["input_ids"] == ESM_ALPHABET.index("<mask>")).any() and not feeds["attention_mask"].all()
@@ -210,12 +205,11 @@ def test_the_language_model_at_the_positions_asked_is_transformers_masked_lm(
 
 
 @pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
-def test_contacts_layer_by_layer_are_transformers_predict_contacts(name: str, tmp_path: Path) -> None:
+def test_contacts_layer_by_layer_are_transformers_predict_contacts(name: str, tiny_models: TinyModels) -> None:
     """The graph turns each layer's maps into contact logits as the layer runs; predict_contacts stacks them all
     first: the same contacts (learned and rotary positions, padded rows, <mask>)."""
-    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
-    create_default_checkpoint(description, tmp_path, seed=3)
-    graph = load_for_export(description, tmp_path, attention="eager").graphs[GraphRole.CONTACTS]
+    description = tiny(name)
+    graph = load_for_export(description, tiny_models.checkpoint(name), attention="eager").graphs[GraphRole.CONTACTS]
     batch = trace_inputs(description, GraphRole.CONTACTS, {})
     feeds = {tensor: torch.from_numpy(array) for tensor, array in batch.feeds.items()}
     assert not feeds["attention_mask"].all()
@@ -224,11 +218,9 @@ def test_contacts_layer_by_layer_are_transformers_predict_contacts(name: str, tm
         np.testing.assert_allclose(graph(**feeds).numpy(), expected.numpy(), rtol=0, atol=1e-6)
 
 
-def test_the_decoder_exports_both_parts_verified_for_every_runtime(tmp_path: Path) -> None:
-    description = replace(MODELS["megamolbart"], default_checkpoint_config=TINY_SIZES["megamolbart"])
-    create_default_checkpoint(description, tmp_path / "checkpoint", seed=3)
-    report = export_model(description, tmp_path / "checkpoint", tmp_path / "repository")
-    decoder = report.graphs[1]
+@pytest.mark.e2e
+def test_the_decoder_exports_both_parts_verified_for_every_runtime(tiny_models: TinyModels) -> None:
+    decoder = tiny_models.export("megamolbart").report.graphs[1]
     assert decoder.onnx_files == ["cross_attention.onnx", "step.onnx"]
     converted = [runtime for runtime in CONVERTERS if runtime in DECODER_RUNTIMES]
     written = [file.name for runtime in converted for part in DECODER.parts for file in written_files(runtime, part, Path())]

@@ -12,31 +12,26 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter.__main__ import main
-from exporter.architectures import create_default_checkpoint
 from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
-from model_catalog import MODELS, GraphRole, Target
+from model_catalog import GraphRole, Target
 from runtimes.engines import Runtime
-from test_exporter import EVERY_RUNTIME_FILE
+from support.checkpoints import EVERY_RUNTIME_FILE, TinyModels, tiny
 
-TINY_ESM2 = replace(
-    MODELS["esm2nv"],
-    default_checkpoint_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
-)
+TINY_ESM2 = tiny("esm2nv")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("cli") / "esm2"
-    create_default_checkpoint(TINY_ESM2, folder, seed=3)
-    return folder
+def checkpoint(tiny_models: TinyModels) -> Path:
+    return tiny_models.checkpoint("esm2nv")
 
 
 def read_config(path: Path) -> model_config_pb2.ModelConfig:
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
+@pytest.mark.e2e
 def test_export_shows_each_stage_and_ends_with_a_summary(
     checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -91,6 +86,8 @@ def test_navigator_missing_is_said_plainly_before_loading(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tmp_path: Path) -> None:
     """The real nav.torch.optimize (make install installs it with --no-deps) picks ONNX; the gate checks it again.
     Two of esm2nv's graphs (its encoder and language model; the others would add a minute of Navigator): Navigator
@@ -116,6 +113,8 @@ def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tm
             assert shape[0].dim_param and [d.dim_value or -1 for d in shape[1:]] == list(tensor.dims)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_runtimes_writes_only_the_ones_asked_for_beside_the_onnx_file(
     checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

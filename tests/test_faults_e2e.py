@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psutil
 import pytest
 import requests
-from conftest import RunningService, start_launcher, stop_service, stop_with_requests_in_flight
+
+from support.service import RunningService, start_launcher, stop_service, stop_with_requests_in_flight
+
+pytestmark = pytest.mark.e2e
 
 PROTEIN = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL" * 6
 RECOVERY_TIMEOUT_S = 120
@@ -20,20 +22,13 @@ HANG_LIMIT_S = 20
 """No request may wait longer than this for its answer, Triton gone or not."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_service() -> Iterator[RunningService]:
+    """Killed, then stopped: its first test kills its tritonserver and sees it recover, its last stops it with SIGTERM
+    (one start for both: a service that came back from a kill must drain like any other)."""
     running = start_launcher({"BIONEMO_MODELS": "esm2nv,megamolbart"})
     yield running
     stop_service(running)
-
-
-def tritonserver(service: RunningService) -> psutil.Process:
-    (process,) = [
-        child
-        for child in psutil.Process(service.process.pid).children(recursive=True)
-        if Path(child.cmdline()[0]).name == "tritonserver"
-    ]
-    return process
 
 
 class Load:
@@ -64,12 +59,13 @@ class Load:
             thread.join()
 
 
+@pytest.mark.slow
 def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_service: RunningService) -> None:
     url = own_service.url
     with Load(url) as load:
         time.sleep(3)  # requests of every kind in flight
         killed_at = time.monotonic()
-        server = tritonserver(own_service)
+        server = own_service.tritonserver()
         stubs = server.children()  # the python backend's, one per model instance
         regions = {Path(mapped.path) for stub in stubs for mapped in stub.memory_maps() if "/dev/shm/" in mapped.path}
         server.send_signal(signal.SIGKILL)
@@ -95,7 +91,8 @@ def test_killed_tritonserver_gives_prompt_503s_not_ready_then_recovers(own_servi
 
 
 def test_sigterm_drains_the_requests_in_flight_before_exit(own_service: RunningService) -> None:
-    """Requests of several seconds each (many decode steps through Triton) still get their answers after SIGTERM."""
+    """Requests of several seconds each (many decode steps through Triton) still get their answers after SIGTERM.
+    Last to use `own_service`: it stops it."""
     body = {"smiles": ["CCO", "c1ccccc1"], "num_samples": 10, "max_length": 400, "scaled_radius": 100.0}
 
     def stop() -> int:

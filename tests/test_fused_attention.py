@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import onnx
 import pytest
 import torch
-from test_exporter import TINY_SIZES
 
-from exporter.architectures import create_default_checkpoint, load_for_export
+from exporter.architectures import load_for_export
 from exporter.errors import ExportError
 from exporter.exportable import ExportableModel
 from exporter.fused_attention import export_fused_attention_onnx
@@ -19,14 +17,16 @@ from exporter.graph_inputs import trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.pipeline import GATE_SEED
 from exporter.verify import TOLERANCES, check_parity
-from model_catalog import MODELS, GraphRole, ModelDescription, Precision
+from model_catalog import GraphRole, ModelDescription, Precision
+from support.checkpoints import TINY_SIZES, TinyModels, tiny
 
 
-def _encoder(name: str, folder: Path, attention: str) -> tuple[ModelDescription, ExportableModel, torch.nn.Module]:
-    """A tiny random checkpoint of `name`'s architecture loaded with `attention`: description, model, encoder graph."""
-    description = replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name])
-    create_default_checkpoint(description, folder, seed=2)
-    loaded = load_for_export(description, folder, attention=attention)
+def _encoder(
+    name: str, tiny_models: TinyModels, attention: str
+) -> tuple[ModelDescription, ExportableModel, torch.nn.Module]:
+    """The tiny checkpoint of `name`'s architecture loaded with `attention`: description, model, encoder graph."""
+    description = tiny(name)
+    loaded = load_for_export(description, tiny_models.checkpoint(name), attention=attention)
     return description, loaded, loaded.graphs[GraphRole.ENCODER]
 
 
@@ -34,9 +34,10 @@ def _ops(path: Path) -> Counter[str]:
     return Counter(node.op_type for node in onnx.load(str(path)).graph.node)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(TINY_SIZES))
-def test_every_encoder_exports_fused_within_the_fp32_gate(name: str, tmp_path: Path) -> None:
-    description, loaded, module = _encoder(name, tmp_path / "checkpoint", "sdpa")
+def test_every_encoder_exports_fused_within_the_fp32_gate(name: str, tiny_models: TinyModels, tmp_path: Path) -> None:
+    description, loaded, module = _encoder(name, tiny_models, "sdpa")
     graph = description.graph(GraphRole.ENCODER).onnx_graphs[0]
     path = tmp_path / "model.onnx"
     export_fused_attention_onnx(module, graph, trace_inputs(description, GraphRole.ENCODER, loaded.graphs), path)
@@ -47,9 +48,9 @@ def test_every_encoder_exports_fused_within_the_fp32_gate(name: str, tmp_path: P
     assert report.max_abs_diff <= TOLERANCES[Precision.FP32] and report.batches == len(batches)
 
 
-def test_eager_attention_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
+def test_eager_attention_is_refused_and_nothing_is_left(tiny_models: TinyModels, tmp_path: Path) -> None:
     """T5 loads with eager attention by default: nothing to fuse, and an unfused graph must not pass for a fused one."""
-    description, loaded, module = _encoder("prott5nv", tmp_path / "checkpoint", "eager")
+    description, loaded, module = _encoder("prott5nv", tiny_models, "eager")
     graph = description.graph(GraphRole.ENCODER).onnx_graphs[0]
     sample = trace_inputs(description, GraphRole.ENCODER, loaded.graphs)
     with pytest.raises(ExportError, match="attention='sdpa'"):
@@ -57,9 +58,10 @@ def test_eager_attention_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
     assert not (tmp_path / "m.onnx").exists()
 
 
-def test_the_plain_export_is_unfused_again_afterwards(tmp_path: Path) -> None:
+@pytest.mark.e2e
+def test_the_plain_export_is_unfused_again_afterwards(tiny_models: TinyModels, tmp_path: Path) -> None:
     """The MultiHeadAttention symbolic holds only while the fused export traces."""
-    description, loaded, module = _encoder("esm2nv", tmp_path / "checkpoint", "sdpa")
+    description, loaded, module = _encoder("esm2nv", tiny_models, "sdpa")
     graph = description.graph(GraphRole.ENCODER).onnx_graphs[0]
     sample = trace_inputs(description, GraphRole.ENCODER, loaded.graphs)
     export_fused_attention_onnx(module, graph, sample, tmp_path / "fused.onnx")

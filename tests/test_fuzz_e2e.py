@@ -20,7 +20,9 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from conftest import RunningService, start_launcher, stop_service
+from support.service import RunningService, start_launcher, stop_service
+
+pytestmark = pytest.mark.e2e
 
 FUZZ_EXAMPLES = 40
 ADMIN = {"Authorization": f"Bearer {secrets.token_hex(32)}"}

@@ -19,15 +19,18 @@ import numpy as np
 import pytest
 import requests
 from bentoml.client import Client
-from conftest import ROOT, RunningService, start_launcher, stop_service
+from support.paths import ROOT
+from support.service import RunningService, start_launcher, stop_service
 from prometheus_client.parser import text_string_to_metric_families
 from tritonserver_setup.readiness import free_loopback_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from reference import TransformersReference
+from support.reference import TransformersReference
 
 import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from preprocessing.smiles import SmilesTokenizer
+
+pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = "grpc-admin-token-" + "0" * 32
 MAX_MESSAGE_BYTES = 1_000_000

@@ -38,8 +38,8 @@ from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import encoder_inputs
 from model_catalog import MODELS, GraphRole, ModelDescription
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
+from support.checkpoints import TINY_SIZES
 
-ESM_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 T5_SIZES = {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 1, "num_heads": 4}
 
 
@@ -60,7 +60,7 @@ def esm_checkpoint(
         vocab_size=len(ESM_ALPHABET), pad_token_id=1, mask_token_id=32, token_dropout=name == "esm2nv",
         position_embedding_type="rotary" if name == "esm2nv" else "absolute",
         max_position_embeddings=max_position_embeddings,
-        emb_layer_norm_before=False, layer_norm_eps=1e-5, **ESM_SIZES,
+        emb_layer_norm_before=False, layer_norm_eps=1e-5, **TINY_SIZES[name],
     )  # fmt: skip
     model = perturbed(model_class(config), seed=3)
     model.save_pretrained(folder)
@@ -113,6 +113,7 @@ def assert_loads_as(
     return report
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("model_class", [EsmForMaskedLM, EsmModel])
 @pytest.mark.parametrize("name", ["esm1nv", "esm2nv"])
 def test_esm_folders_load_as_the_same_network_and_export(
@@ -134,6 +135,7 @@ def test_esm_folders_load_as_the_same_network_and_export(
         }
 
 
+@pytest.mark.e2e
 def test_a_bare_checkpoint_exported_over_a_masked_lm_withdraws_its_head(tmp_path: Path) -> None:
     """The language-model graph of the checkpoint before must not answer for the new one's weights."""
     esm_checkpoint(tmp_path / "masked-lm", "esm2nv", EsmForMaskedLM)
@@ -144,6 +146,7 @@ def test_a_bare_checkpoint_exported_over_a_masked_lm_withdraws_its_head(tmp_path
     assert "esm2nv_language_model" not in {path.name for path in (tmp_path / "repository").iterdir()}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("whole_seq2seq", [True, False], ids=["t5-with-spiece-model", "t5-encoder-with-tokenizer-json"])
 def test_prott5_folders_load_as_the_same_encoder_and_export(whole_seq2seq: bool, tmp_path: Path) -> None:
     original = t5_checkpoint(tmp_path / "checkpoint", whole_seq2seq)

@@ -28,15 +28,18 @@ import requests
 import yaml
 from bentoml.client import Client
 from bentoml.exceptions import NotFound
-from conftest import ROOT, STARTUP_TIMEOUT_S, stop_with_requests_in_flight
-from reference import TransformersReference
-from s3_store import s3_store
+from support.paths import ROOT
+from support.service import STARTUP_TIMEOUT_S, stop_with_requests_in_flight
+from support.reference import TransformersReference
+from support.s3_store import s3_store
 
 import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from container.engine import engine, engine_environment, missing_tools
 from container.image import STAND_IN
 from model_catalog import Target
 from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
+
+pytestmark = [pytest.mark.e2e, pytest.mark.container]
 
 LOADED = "esm2nv"
 GUIDE_OPTIONS = ["--triton-options", "model-control-mode=explicit", "--triton-options", f"load-model={LOADED}"]
@@ -104,6 +107,8 @@ def run_image(
         network = ["-p", f"127.0.0.1:{port}:3000"]
     else:
         environment = {**environment, "BIONEMO_HOST": "127.0.0.1", "BIONEMO_PORT": str(port)}
+        if grpc:  # the gRPC server's metrics port too, on this machine's loopback
+            environment["BIONEMO_GRPC_METRICS_PORT"] = str(free_loopback_port())
         network = ["--network", "host", *(argument for key in environment for argument in ("-e", key))]
     run = [runner, "run", "--init", "--rm", "--name", name, *network, image, *command]
     with log_path.open("wb") as log:
@@ -204,31 +209,21 @@ def test_tritonserver_listens_on_loopback_only_and_nothing_runs_as_root(
     assert {process["user"] for process in processes} == {"bentoml"}, processes
 
 
-def test_serve_grpc_answers_bentomls_grpc_client(runner: str, image: str) -> None:
-    """The guide's CPU command for gRPC: `IMAGE serve-grpc --production --triton-options ...`."""
-    container = run_image(runner, image, ["serve-grpc", "--production", *GUIDE_OPTIONS], grpc=True)
-    try:
-        answer = Client.from_url(container.url, kind="grpc").embed({"sequences": PROTEINS, "model": LOADED})
-        np.testing.assert_allclose(np.asarray(answer["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4)
-    finally:
-        container.remove()
-
-
-def test_the_image_serves_a_repository_in_s3(runner: str, image: str) -> None:
-    """The image given the S3 repository the launcher's test reads (moto's server on this machine's loopback)."""
+def test_serve_grpc_answers_bentomls_grpc_client_from_a_repository_in_s3(runner: str, image: str) -> None:
+    """The guide's CPU command for gRPC, `IMAGE serve-grpc --production --triton-options ...`, given the S3 repository
+    the launcher's test reads (moto's server on this machine's loopback): one container for both, since the front and
+    where the models come from are independent (the HTTP front and the image's own repository: `served`)."""
     with s3_store() as store:
         container = run_image(
             runner,
             image,
-            ["serve", "--production"],
+            ["serve-grpc", "--production", *GUIDE_OPTIONS],
+            grpc=True,
             environment={"BIONEMO_MODEL_REPOSITORY": store.url(), **store.credentials},
         )
         try:
-            answer = requests.post(f"{container.url}/embed", json={"sequences": PROTEINS, "model": LOADED}, timeout=120)
-            assert answer.status_code == 200, answer.text
-            np.testing.assert_allclose(
-                np.asarray(answer.json()["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4
-            )
+            answer = Client.from_url(container.url, kind="grpc").embed({"sequences": PROTEINS, "model": LOADED})
+            np.testing.assert_allclose(np.asarray(answer["embeddings"]), expected_embeddings(), rtol=0, atol=1e-4)
         finally:
             container.remove()
 
@@ -247,6 +242,7 @@ def wait_for(url: str, timeout_s: float) -> None:
     pytest.fail(f"{url} did not answer 200 within {timeout_s} s")
 
 
+@pytest.mark.slow
 def test_the_manifests_pod_runs_under_podman_kube_play(image: str, tmp_path: Path) -> None:
     """deploy/kubernetes.yaml with nothing changed but its image, under `podman kube play`: no Kubernetes API server
     or kubelet can run here. Two things a cluster gives that podman 4.3 does not, given from outside the manifest:

@@ -12,21 +12,13 @@ import base64
 import numpy as np
 import pytest
 import requests
-from conftest import RunningService
-from reference import AMINO_ACIDS, Substitution, TransformersReference
+from support.service import RunningService
+from support.reference import AMINO_ACIDS, Substitution, TransformersReference
+
+pytestmark = pytest.mark.e2e
 
 TOLERANCE = 1e-4
 WILD_TYPE = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIV"
-
-
-def post(service: RunningService, path: str, body: dict[str, object]) -> requests.Response:
-    return requests.post(f"{service.url}{path}", json=body, timeout=300)
-
-
-def answer(service: RunningService, path: str, body: dict[str, object]) -> dict:
-    response = post(service, path, body)
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def proteins(rng: np.random.Generator, lengths: list[int]) -> list[str]:
@@ -55,7 +47,7 @@ def test_log_probs_equal_transformers_on_mixed_lengths_with_and_without_masks(
         with_masks(plain[4], list(range(0, 300, 7))),
         "<mask>" * 12,
     ]
-    reply = answer(service, "/logits", {"model": model, "sequences": sequences})
+    reply = service.answer("/logits", {"model": model, "sequences": sequences})
     assert reply["alphabet"] == AMINO_ACIDS and reply["model"] == model
     reference = TransformersReference(model)
     for sequence, log_probs in zip(sequences, reply["log_probs"]):
@@ -66,7 +58,7 @@ def test_log_probs_equal_transformers_on_mixed_lengths_with_and_without_masks(
 
 def test_log_probs_come_as_base64_float16(service: RunningService) -> None:
     sequences = ["MKTV<mask>QERL", "ACDE"]
-    reply = answer(service, "/logits", {"sequences": sequences, "encoding_format": "base64", "dtype": "float16"})
+    reply = service.answer("/logits", {"sequences": sequences, "encoding_format": "base64", "dtype": "float16"})
     reference = TransformersReference("esm2nv")
     for sequence, encoded in zip(sequences, reply["log_probs"]):
         values = np.frombuffer(base64.b64decode(encoded), dtype="<f2").reshape(-1, len(AMINO_ACIDS))
@@ -89,13 +81,13 @@ def test_each_scoring_method_equals_transformers_on_single_and_multi_mutants(
         for v in short_variants
     ]
     for method, scores in expected.items():
-        reply = answer(
-            service, "/score", {"model": model, "sequence": WILD_TYPE, "mutations": variants, "method": method}
+        reply = service.answer(
+            "/score", {"model": model, "sequence": WILD_TYPE, "mutations": variants, "method": method}
         )
         assert reply["method"] == method
         np.testing.assert_allclose(reply["scores"], scores, rtol=0, atol=TOLERANCE)
     body = {"model": model, "sequence": short, "mutations": short_variants, "method": "pseudo-likelihood"}
-    reply = answer(service, "/score", body)
+    reply = service.answer("/score", body)
     assert reply["passes"] == len(short) * (1 + len(short_variants))
     np.testing.assert_allclose(reply["scores"], mutant_pll, rtol=0, atol=TOLERANCE)
 
@@ -109,7 +101,7 @@ def _applied(sequence: str, variant: list[Substitution]) -> str:
 
 def test_the_scan_matrix_equals_transformers_element_by_element(service: RunningService) -> None:
     sequence = WILD_TYPE[:30]
-    reply = answer(service, "/score", {"sequence": sequence, "scan": True})
+    reply = service.answer("/score", {"sequence": sequence, "scan": True})
     matrix = np.array(reply["scores"])
     assert matrix.shape == (len(sequence), len(AMINO_ACIDS)) and reply["passes"] == len(sequence)
     reference = TransformersReference("esm2nv")
@@ -118,7 +110,7 @@ def test_the_scan_matrix_equals_transformers_element_by_element(service: Running
         expected = log_probs - log_probs[AMINO_ACIDS.index(wild_type)]
         np.testing.assert_allclose(matrix[position], expected, rtol=0, atol=TOLERANCE)
         assert matrix[position, AMINO_ACIDS.index(wild_type)] == 0
-    unmasked = answer(service, "/score", {"sequence": sequence, "scan": True, "method": "wildtype-marginal"})
+    unmasked = service.answer("/score", {"sequence": sequence, "scan": True, "method": "wildtype-marginal"})
     log_probs = reference.log_probs(sequence)
     own = log_probs[np.arange(len(sequence)), [AMINO_ACIDS.index(residue) for residue in sequence]]
     np.testing.assert_allclose(unmasked["scores"], log_probs - own[:, None], rtol=0, atol=TOLERANCE)
@@ -138,7 +130,7 @@ def test_the_scan_matrix_equals_transformers_element_by_element(service: Running
     ],
 )
 def test_a_bad_mutation_is_a_422_naming_it_and_why(service: RunningService, mutation: str, message: str) -> None:
-    response = post(service, "/score", {"sequence": WILD_TYPE, "mutations": ["K2R", mutation]})
+    response = service.post("/score", {"sequence": WILD_TYPE, "mutations": ["K2R", mutation]})
     assert response.status_code == 422, response.text
     (detail,) = response.json()["error"]["details"]
     assert detail["field"] == "mutations[1]" and detail["message"].startswith(message), detail
@@ -153,14 +145,14 @@ def test_score_requests_the_service_cannot_take_are_422s_and_it_stays_healthy(se
         "sequence": {"sequence": "MKTXV", "scan": True},
     }
     for field, body in refusals.items():
-        response = post(service, "/score", body)
+        response = service.post("/score", body)
         assert response.status_code == 422, (field, response.text)
         details = response.json()["error"]["details"]
         assert details[0]["field"] in (field, "body"), details
-    scan = post(service, "/score", refusals["scan"]).json()["error"]["details"][0]["message"]
+    scan = service.post("/score", refusals["scan"]).json()["error"]["details"][0]["message"]
     assert "needs 1,994,868 model passes here; the limit is 1,024 per request (BIONEMO_MAX_SCORE_PASSES)" in scan
-    assert "'X' at position 4 is not one of the 20 amino acids" in post(service, "/score", refusals["sequence"]).text
-    response = post(service, "/logits", {"sequences": ["MK<mask>", "MK<mas>"]})
+    assert "'X' at position 4 is not one of the 20 amino acids" in service.post("/score", refusals["sequence"]).text
+    response = service.post("/logits", {"sequences": ["MK<mask>", "MK<mas>"]})
     assert response.status_code == 422 and response.json()["error"]["details"][0]["field"] == "sequences[1]"
     assert requests.get(f"{service.url}/readyz", timeout=10).status_code == 200
 
@@ -171,7 +163,7 @@ def test_models_list_logits_and_score_for_esm_only(service: RunningService) -> N
     }
     assert {"logits", "score"} <= listed["esm1nv"] and {"logits", "score"} <= listed["esm2nv"]
     assert not {"logits", "score"} & (listed["prott5nv"] | listed["megamolbart"])
-    response = post(service, "/logits", {"model": "prott5nv", "sequences": ["MKTV"]})
+    response = service.post("/logits", {"model": "prott5nv", "sequences": ["MKTV"]})
     assert response.status_code == 422
     assert (
         response.json()["error"]["details"][0]["message"] == "prott5nv cannot logits; models that can: esm1nv, esm2nv"

@@ -7,10 +7,12 @@ import base64
 import numpy as np
 import pytest
 import requests
-from conftest import RunningService
-from reference import TransformersReference
+from support.service import RunningService
+from support.reference import TransformersReference
 
 from model_catalog import MODELS
+
+pytestmark = pytest.mark.e2e
 
 INPUTS = {
     "esm1nv": ["MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQ", "MK", "ACDEFGHIKLMNPQRSTVWYXBUZO"],
@@ -20,19 +22,13 @@ INPUTS = {
 }
 
 
-def answer(service: RunningService, path: str, body: dict[str, object]) -> dict:
-    response = requests.post(f"{service.url}{path}", json=body, timeout=300)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
 @pytest.mark.parametrize("model", list(INPUTS))
 def test_every_layer_equals_transformers_output_hidden_states(service: RunningService, model: str) -> None:
     sequences, reference = INPUTS[model], TransformersReference(model)
     expected = [reference.every_layer(sequence) for sequence in sequences]
     count = len(expected[0])
     every = list(range(count))
-    hidden = answer(service, "/hidden", {"model": model, "sequences": sequences, "layers": every})
+    hidden = service.answer("/hidden", {"model": model, "sequences": sequences, "layers": every})
     assert hidden["layers"] == every
     hiddens, mask = np.array(hidden["hiddens"]), np.array(hidden["mask"])
     assert hiddens.shape[:2] == (len(sequences), count)
@@ -42,7 +38,7 @@ def test_every_layer_equals_transformers_output_hidden_states(service: RunningSe
         assert mask[row].sum() == tokens and not hiddens[row, :, tokens:].any()
     # Negative indices count from the end; the last layer is what /hidden answers without `layers`.
     asked = [-1, 0, -count]
-    embedded = answer(service, "/embed", {"model": model, "sequences": sequences, "layers": asked})
+    embedded = service.answer("/embed", {"model": model, "sequences": sequences, "layers": asked})
     assert embedded["layers"] == [count - 1, 0, 0]
     assert embedded["dim"] == len(embedded["embeddings"][0][0])  # each vector's length, not the layers'
     residues = reference.residues
@@ -53,7 +49,7 @@ def test_every_layer_equals_transformers_output_hidden_states(service: RunningSe
         f"{service.url}/embed/ndarray", json={"model": model, "sequences": sequences, "layers": asked}
     )
     np.testing.assert_allclose(array.json(), embedded["embeddings"], rtol=0, atol=1e-6)
-    plain = answer(service, "/embed", {"model": model, "sequences": sequences})
+    plain = service.answer("/embed", {"model": model, "sequences": sequences})
     np.testing.assert_allclose(np.array(embedded["embeddings"])[:, 0], plain["embeddings"], rtol=0, atol=1e-5)
     assert plain["layers"] is None
 
@@ -61,13 +57,13 @@ def test_every_layer_equals_transformers_output_hidden_states(service: RunningSe
 def test_pooling_normalization_and_base64_apply_per_layer(service: RunningService) -> None:
     sequences, reference = INPUTS["esm2nv"], TransformersReference("esm2nv")
     body = {"sequences": sequences, "layers": [2, -1], "pooling": "cls", "normalize": True, "encoding_format": "base64"}
-    embedded = answer(service, "/embed", body)
+    embedded = service.answer("/embed", body)
     for sequence, encoded in zip(sequences, embedded["embeddings"]):
         vectors = np.frombuffer(base64.b64decode(encoded), dtype="<f4").reshape(2, -1)
         at_cls = reference.every_layer(sequence)[[2, -1], 0]
         np.testing.assert_allclose(vectors, at_cls / np.linalg.norm(at_cls, axis=1, keepdims=True), rtol=0, atol=1e-4)
     body = {"sequences": sequences, "layers": [1], "encoding_format": "base64", "dtype": "float16"}
-    hidden = answer(service, "/hidden", body)
+    hidden = service.answer("/hidden", body)
     width = len(hidden["mask"][0])
     for sequence, encoded in zip(sequences, hidden["hiddens"]):
         states = np.frombuffer(base64.b64decode(encoded), dtype="<f2").reshape(1, width, -1)

@@ -7,7 +7,6 @@ starts, which another test's service would otherwise do under this one.
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import tempfile
@@ -21,9 +20,10 @@ import requests
 import tritonclient.http
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import RunningService, start_launcher, stop_service
+from support.service import RunningService, start_launcher, stop_service
 from test_deploy_manifests import dashboard_queries, metric_names
-from test_faults_e2e import tritonserver
+
+pytestmark = pytest.mark.e2e
 
 RESIDUES = "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"
 SHORT = "MKTAYIAKQR"  # 10 residues: <cls> + 10 + <eos> = 12 tokens, the 16-token bucket
@@ -63,23 +63,20 @@ def triton_statistics(service: RunningService, model: str) -> tuple[int, int, in
     return entry["inference_stats"]["success"]["count"], entry["inference_count"], entry["execution_count"]
 
 
-def post(service: RunningService, path: str, body: object) -> int:
-    data = body if isinstance(body, str) else json.dumps(body)
-    return requests.post(f"{service.url}{path}", data=data, headers={"content-type": "application/json"}, timeout=60).status_code
-
-
 def test_a_scrape_counts_what_was_served_exactly(metered: RunningService) -> None:
     triton_models = ("esm2nv", "megamolbart_encoder", "megamolbart_decoder")
     _, before = scrape(metered)
     triton_before = {model: triton_statistics(metered, model) for model in triton_models}
 
-    statuses = [post(metered, "/embed", {"sequences": [SHORT]}) for _ in range(4)]
-    statuses.append(post(metered, "/embed", {"sequences": MIXED}))
-    statuses += [post(metered, "/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": seed}) for seed in (1, 2)]
+    statuses = [metered.post("/embed", {"sequences": [SHORT]}).status_code for _ in range(4)]
+    statuses.append(metered.post("/embed", {"sequences": MIXED}).status_code)
+    for seed in (1, 2):
+        statuses.append(metered.post("/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": seed}).status_code)
     bad = [
-        post(metered, "/embed", {"sequences": [SHORT, "MKTJ"]}),  # not an amino acid: esm2nv's tokenizer says so
-        post(metered, "/embed", {"sequences": [SHORT], "model": "no-such-model"}),
-        post(metered, "/embed", "{not json"),
+        # not an amino acid: esm2nv's tokenizer says so
+        metered.post("/embed", {"sequences": [SHORT, "MKTJ"]}).status_code,
+        metered.post("/embed", {"sequences": [SHORT], "model": "no-such-model"}).status_code,
+        metered.post("/embed", "{not json").status_code,
     ]
     assert statuses == [200] * 7 and bad == [422, 422, 400]
 
@@ -143,7 +140,7 @@ def test_triton_families_come_once_per_scrape_with_two_api_workers(metered: Runn
 
 
 def test_triton_metrics_listen_on_loopback_only(metered: RunningService) -> None:
-    server = tritonserver(metered)
+    server = metered.tritonserver()
     (port,) = [int(argument.split("=", 1)[1]) for argument in server.cmdline() if argument.startswith("--metrics-port=")]
     listening = [connection.laddr for connection in server.net_connections("inet") if connection.status == psutil.CONN_LISTEN]
     assert (("127.0.0.1", port) in [(address.ip, address.port) for address in listening]), listening
@@ -151,9 +148,10 @@ def test_triton_metrics_listen_on_loopback_only(metered: RunningService) -> None
 
 
 def test_every_dashboard_query_names_a_metric_the_service_exports(metered: RunningService) -> None:
-    assert post(metered, "/embed", {"sequences": [SHORT]}) == 200
-    assert post(metered, "/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": 3}) == 200
-    assert post(metered, "/embed", {"sequences": ["MKTJ"]}) == 422  # so that the error counters have a sample
+    assert metered.post("/embed", {"sequences": [SHORT]}).status_code == 200
+    assert metered.post("/generate", {"smiles": ["CCO"], "num_samples": 2, "seed": 3}).status_code == 200
+    # so that the error counters have a sample
+    assert metered.post("/embed", {"sequences": ["MKTJ"]}).status_code == 422
     text, _ = scrape(metered)
     # The names as Prometheus stores them: those of the exposition's lines (the parser would add _total to Triton's).
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", text, re.MULTILINE))
@@ -163,7 +161,7 @@ def test_every_dashboard_query_names_a_metric_the_service_exports(metered: Runni
 
 def test_a_scrape_while_triton_is_killed_answers_the_service_families(metered: RunningService) -> None:
     """Last in this module: it kills the module's tritonserver (BentoML starts it again)."""
-    tritonserver(metered).send_signal(signal.SIGKILL)
+    metered.tritonserver().send_signal(signal.SIGKILL)
     started = time.monotonic()
     text, samples = scrape(metered)
     assert time.monotonic() - started < 3  # Triton's part waits 0.5 s at most
@@ -172,9 +170,10 @@ def test_a_scrape_while_triton_is_killed_answers_the_service_families(metered: R
     assert "bionemo_requests_total" in names and "bionemo_request_duration_seconds_count" in names
     assert not [name for name in names if name.startswith("nv_")]
     deadline = time.monotonic() + RECOVERY_TIMEOUT_S
-    while requests.get(f"{metered.url}/readyz", timeout=30).status_code != 200 or post(
-        metered, "/embed", {"sequences": [SHORT]}
-    ) != 200:
+    while (
+        requests.get(f"{metered.url}/readyz", timeout=30).status_code != 200
+        or metered.post("/embed", {"sequences": [SHORT]}).status_code != 200
+    ):
         assert time.monotonic() < deadline, "Triton did not come back"
         time.sleep(1)
     _, samples = scrape(metered)

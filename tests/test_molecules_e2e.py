@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import RunningService
+from support.service import RunningService
 from preprocessing.smiles import SmilesTokenizer, canonical_smiles, tanimoto_similarity
 from model_catalog import MODELS
-from reference import TransformersReference
+from support.reference import TransformersReference
+
+pytestmark = pytest.mark.e2e
 
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "F/C=C/F", "[C@@H](Cl)(Br)I"]
 TOLERANCE = 1e-4
@@ -25,13 +27,9 @@ def reference() -> TransformersReference:
     return TransformersReference("megamolbart")
 
 
-def post(service: RunningService, path: str, body: Any) -> requests.Response:
-    return requests.post(f"{service.url}{path}", json=body, timeout=300)
-
-
 def test_embed_and_hidden_match_transformers(service: RunningService, reference: TransformersReference) -> None:
-    embedded = post(service, "/embed", {"model": "megamolbart", "sequences": SMILES})
-    hidden = post(service, "/hidden", {"model": "megamolbart", "sequences": SMILES})
+    embedded = service.post("/embed", {"model": "megamolbart", "sequences": SMILES})
+    hidden = service.post("/hidden", {"model": "megamolbart", "sequences": SMILES})
     assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
     hiddens, mask = np.asarray(hidden.json()["hiddens"]), np.asarray(hidden.json()["mask"])
     for row, (smiles, vector) in enumerate(zip(SMILES, embedded.json()["embeddings"])):
@@ -44,13 +42,13 @@ def test_embed_and_hidden_match_transformers(service: RunningService, reference:
 def test_truncate_cuts_a_long_smiles_to_its_first_tokens(service: RunningService, reference: TransformersReference) -> None:
     limit = MODELS["megamolbart"].max_length
     chain = "C" * (limit + 20)  # a valid SMILES (an alkane) of limit + 20 tokens
-    refused = post(service, "/embed", {"model": "megamolbart", "sequences": [chain]})
+    refused = service.post("/embed", {"model": "megamolbart", "sequences": [chain]})
     assert refused.status_code == 422 and f"at most {limit}" in refused.text, refused.text
     assert '(or send "truncate": true)' in refused.json()["error"]["message"]  # the way out is named
-    broken = post(service, "/embed", {"model": "megamolbart", "sequences": [chain + "("]})
+    broken = service.post("/embed", {"model": "megamolbart", "sequences": [chain + "("]})
     assert broken.status_code == 422 and "not a valid SMILES" in broken.text, broken.text
     assert "truncate" not in broken.text  # truncating would not mend it
-    embedded = post(service, "/embed", {"model": "megamolbart", "sequences": [chain], "truncate": True})
+    embedded = service.post("/embed", {"model": "megamolbart", "sequences": [chain], "truncate": True})
     assert embedded.status_code == 200, embedded.text
     assert embedded.json()["truncated"] == [0]
     expected = reference.hidden_states(chain[:limit]).mean(axis=0)
@@ -64,8 +62,8 @@ def greedy_reference(reference: TransformersReference, hiddens: np.ndarray, mask
 
 
 def test_decode_of_hidden_equals_transformers_generate(service: RunningService, reference: TransformersReference) -> None:
-    hidden = post(service, "/hidden", {"model": "megamolbart", "sequences": SMILES}).json()
-    decoded = post(service, "/decode", {"hiddens": hidden["hiddens"], "mask": hidden["mask"], "max_length": 24})
+    hidden = service.post("/hidden", {"model": "megamolbart", "sequences": SMILES}).json()
+    decoded = service.post("/decode", {"hiddens": hidden["hiddens"], "mask": hidden["mask"], "max_length": 24})
     assert decoded.status_code == 200, decoded.text
     hiddens, mask = np.asarray(hidden["hiddens"], dtype=np.float32), np.asarray(hidden["mask"])
     assert decoded.json()["smiles"] == greedy_reference(reference, hiddens, mask, 24)
@@ -80,10 +78,10 @@ def test_decode_follows_transformers_token_for_token(service: RunningService, re
     hiddens[mask == 0] = 0
     expected = greedy_reference(reference, hiddens, mask, 16)
     assert len(set(expected)) == 4 and all(len(s) > 8 for s in expected)  # the comparison has teeth
-    answer = post(service, "/decode", {"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 16})
+    answer = service.post("/decode", {"hiddens": hiddens.tolist(), "mask": mask.tolist(), "max_length": 16})
     assert answer.status_code == 200, answer.text
     assert answer.json()["smiles"] == expected
-    as_array = post(service, "/decode/ndarray", hiddens.tolist())  # all-zero vectors are padding there
+    as_array = service.post("/decode/ndarray", hiddens.tolist())  # all-zero vectors are padding there
     assert as_array.status_code == 200, as_array.text
     assert as_array.json()["smiles"] == greedy_reference(reference, hiddens, mask, 128)
 
@@ -147,7 +145,7 @@ def test_generate_decodes_seeded_noisy_latents_like_transformers(
     """Greedy /generate equals transformers' `generate` from the same noisy latents."""
     seeds, samples, radius, steps = [SMILES[0], SMILES[2]], 3, 100.0, 20
     body = {"smiles": seeds, "num_samples": samples, "seed": 5, "scaled_radius": radius, "max_length": steps}
-    answer = post(service, "/generate", body)
+    answer = service.post("/generate", body)
     assert answer.status_code == 200, answer.text
     expected = greedy_reference(reference, *noisy_latents(reference, seeds, samples, 5, radius), steps)
     generated = [sample["smiles"] for result in answer.json()["results"] for sample in result["samples"]]
@@ -163,7 +161,7 @@ def test_beam_search_forks_cached_rows_like_decoding_whole_prefixes(
     seeds, samples, radius, steps, beams = [SMILES[0], SMILES[3]], 2, 100.0, 16, 3
     body = {"smiles": seeds, "num_samples": samples, "seed": 9, "scaled_radius": radius, "max_length": steps,
             "method": "beam", "beam_size": beams}  # fmt: skip
-    answer = post(service, "/generate", body)
+    answer = service.post("/generate", body)
     assert answer.status_code == 200, answer.text
     hiddens, mask = noisy_latents(reference, seeds, samples, 9, radius)
     detokenizer = SmilesTokenizer(max_tokens=510)
@@ -177,7 +175,7 @@ def test_beam_search_forks_cached_rows_like_decoding_whole_prefixes(
 def test_generate_is_reproducible_and_reports_validity(service: RunningService, method: str) -> None:
     body = {"smiles": SMILES[:2], "num_samples": 3, "seed": 7, "method": method, "max_length": 12,
             "top_k": 10, "top_p": 0.9, "beam_size": 2, "scaled_radius": 0.5}  # fmt: skip
-    first, second = post(service, "/generate", body), post(service, "/generate", body)
+    first, second = service.post("/generate", body), service.post("/generate", body)
     assert first.status_code == 200, first.text
     assert first.json() == second.json() and first.json()["seed"] == 7
     results = first.json()["results"]
@@ -193,8 +191,8 @@ def test_generate_is_reproducible_and_reports_validity(service: RunningService, 
 
 def test_generate_without_seed_reports_the_one_it_used(service: RunningService) -> None:
     body = {"smiles": ["CCO"], "num_samples": 2, "method": "topkp", "max_length": 8}
-    first = post(service, "/generate", body).json()
-    again = post(service, "/generate", {**body, "seed": first["seed"]}).json()
+    first = service.post("/generate", body).json()
+    again = service.post("/generate", {**body, "seed": first["seed"]}).json()
     assert again == first
 
 
@@ -225,7 +223,7 @@ BAD = [
 def test_bad_molecule_input_is_a_422_naming_the_field(
     service: RunningService, path: str, body: Any, field: str, message: str
 ) -> None:
-    response = post(service, path, body)
+    response = service.post(path, body)
     assert response.status_code == 422, response.text
     assert any(d["field"] == field and message in d["message"] for d in response.json()["error"]["details"]), response.text
 

@@ -19,7 +19,7 @@ import onnxruntime
 import pytest
 import torch
 import yaml
-from reference import AMINO_ACIDS
+from support.reference import AMINO_ACIDS
 from transformers import EsmConfig, EsmForMaskedLM
 from transformers.models.esm import modeling_esm
 
@@ -207,6 +207,7 @@ def exported_log_probs(report: ExportReport, batch: GraphInputs) -> np.ndarray:
     return session.run(["log_probs"], batch.feeds)[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("name", "compression"), [("esm2nv", ""), ("esm1nv", "gz")])
 def test_nemo_checkpoint_loads_as_the_same_model_and_exports(name: str, compression: str, tmp_path: Path) -> None:
     description = MODELS[name]
@@ -267,6 +268,7 @@ def test_an_untied_output_layer_is_not_read(tmp_path: Path) -> None:
     np.testing.assert_allclose(loaded_log_probs(loaded, batch)[real], expected, rtol=0, atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_a_nemo_without_the_head_exports_no_language_model_and_says_why(tmp_path: Path) -> None:
     original = hf_model("esm2nv", seed=10)
     nemo = write_nemo(tmp_path / "bare.nemo", megatron_config("esm2nv"), megatron_state_dict(original, head=False))

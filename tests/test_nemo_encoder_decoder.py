@@ -208,6 +208,7 @@ MEGAMOLBART_LAYOUTS = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("config", "flags", "head", "compression"), MEGAMOLBART_LAYOUTS)
 def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
     config: dict[str, object], flags: dict[str, bool], head: tuple[str, ...], compression: str, tmp_path: Path
@@ -225,12 +226,14 @@ def test_megamolbart_checkpoint_loads_as_the_same_model_and_exports(
     np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
     assert_decoders_agree(loaded.graphs[GraphRole.DECODER], original)
 
-    report = export_model(description, nemo, tmp_path / "repository")
+    # The ONNX files alone: every runtime's conversion of these graphs is test_exporter's and test_runtime_choice's.
+    report = export_model(description, nemo, tmp_path / "repository", runtimes=())
     names = [description.triton_name(role) for role in (GraphRole.ENCODER, GraphRole.DECODER, GraphRole.LAYERS)]
     assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3) for name in names]
     assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
 
 
+@pytest.mark.e2e
 def test_prott5nv_checkpoint_serves_its_encoder(tmp_path: Path) -> None:
     """ProtT5nv is NeMo's Megatron T5 (learned positions, LayerNorm, biases, GELU): its encoder as an MBart encoder."""
     description = MODELS["prott5nv"]
@@ -247,7 +250,7 @@ def test_prott5nv_checkpoint_serves_its_encoder(tmp_path: Path) -> None:
     encoder = loaded.graphs[GraphRole.ENCODER]
     np.testing.assert_allclose(hidden_states(encoder, description)[0], expected, rtol=0, atol=1e-5)
 
-    report = export_model(description, nemo, tmp_path / "repository")
+    report = export_model(description, nemo, tmp_path / "repository", runtimes=())
     names = ["prott5nv", "prott5nv_layers"]
     assert [(graph.triton_name, graph.parity.batches) for graph in report.graphs] == [(name, 3) for name in names]
     assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)

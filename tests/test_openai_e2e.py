@@ -14,10 +14,12 @@ import openai
 import pytest
 import requests
 
-from conftest import RunningService
+from support.service import RunningService
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
-from reference import TransformersReference
+from support.reference import TransformersReference
+
+pytestmark = pytest.mark.e2e
 
 SEQUENCES = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * 300, "XBUZOWC"]
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C"]

@@ -20,10 +20,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
-from exporter.architectures import create_default_checkpoint, load_for_export
+from exporter.architectures import load_for_export
 from exporter.graph_inputs import verification_inputs
-from conftest import DEFAULT_REPOSITORY
-from model_catalog import MODELS, GraphRole
+from model_catalog import ENCODER, MODELS, GraphRole
 from runtimes.choice import (
     GROWTH_LIMIT_MIB,
     METHOD,
@@ -39,33 +38,24 @@ from runtimes.choice import (
     write_into_configs,
 )
 from runtimes.engines import Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
-from test_cached_decoder import DECODER_RUNTIMES
 from serving.startup.settings import Settings, SettingsError
+from support.checkpoints import TinyExport, TinyModels, tiny
+from support.paths import DEFAULT_REPOSITORY, ROOT
+from support.repositories import build_repository, models_in
+from test_cached_decoder import DECODER_RUNTIMES
 
-TINY_ESM2 = replace(
-    MODELS["esm2nv"],
-    default_checkpoint_config={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
-)
-
-TINY_MEGAMOLBART = replace(
-    MODELS["megamolbart"],
-    default_checkpoint_config={"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-                               "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64},
-)  # fmt: skip
+TINY_ESM2 = tiny("esm2nv")
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("runtimes")
-    create_default_checkpoint(TINY_ESM2, root / "checkpoint", seed=3)
-    export_model(TINY_ESM2, root / "checkpoint", root / "repository")
-    return root
+def exported(tiny_models: TinyModels) -> TinyExport:
+    return tiny_models.export("esm2nv")
 
 
 @pytest.fixture
-def repository(exported: Path, tmp_path: Path) -> Path:
+def repository(exported: TinyExport, tmp_path: Path) -> Path:
     """A fresh copy of the exported repository, nothing recorded yet."""
-    return Path(shutil.copytree(exported / "repository", tmp_path / "repository"))
+    return build_repository(tmp_path / "repository", copied=models_in(exported.repository), source=exported.repository)
 
 
 def config_of(repository: Path, model: str = "esm2nv") -> model_config_pb2.ModelConfig:
@@ -82,13 +72,14 @@ def chosen_config(choices: dict[str, Choice], model: str = "esm2nv") -> model_co
     return text_format.Parse(choices[model].config_text(), model_config_pb2.ModelConfig())
 
 
-def test_export_writes_every_runtime_and_each_equals_torch(exported: Path) -> None:
+@pytest.mark.e2e
+def test_export_writes_every_runtime_and_each_equals_torch(exported: TinyExport) -> None:
     """Each file is opened as the backend opens it and run on other batches than the export's gate ran."""
-    loaded = load_for_export(TINY_ESM2, exported / "checkpoint")
+    loaded = load_for_export(TINY_ESM2, exported.checkpoint)
     module = loaded.graphs[GraphRole.ENCODER]
     batches = verification_inputs(TINY_ESM2, GraphRole.ENCODER, loaded.graphs, seed=11)
     for runtime in Runtime:
-        engine = open_engine(runtime, exported / "repository" / "esm2nv" / "1" / runtime.file("model"))
+        engine = open_engine(runtime, exported.repository / "esm2nv" / "1" / runtime.file("model"))
         for batch in batches:
             hidden_states, embeddings = engine.run(["hidden_states", "embeddings"], batch.feeds, threads=2)
             with torch.inference_mode():
@@ -98,6 +89,7 @@ def test_export_writes_every_runtime_and_each_equals_torch(exported: Path) -> No
             assert np.abs(embeddings - expected[1]).max() < 1e-4, runtime
 
 
+@pytest.mark.e2e
 def test_the_fastest_timed_runtime_is_chosen_and_the_timings_kept_beside_the_config(repository: Path) -> None:
     exported_config = (repository / "esm2nv" / "config.pbtxt").read_text()
     lines: list[str] = []
@@ -120,6 +112,7 @@ def test_the_fastest_timed_runtime_is_chosen_and_the_timings_kept_beside_the_con
     assert any(line.startswith("esm2nv: timing") for line in lines)
 
 
+@pytest.mark.e2e
 def test_a_record_that_holds_is_not_timed_again(repository: Path) -> None:
     choose_runtimes(repository, {}, ["esm2nv"])
     before = (repository / "esm2nv" / RECORD).read_text()
@@ -129,6 +122,7 @@ def test_a_record_that_holds_is_not_timed_again(repository: Path) -> None:
     assert (repository / "esm2nv" / RECORD).read_text() == before
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "stale",
     [
@@ -160,6 +154,7 @@ def test_a_runtime_whose_memory_grew_while_timed_is_not_chosen_however_fast() ->
     assert grown.fastest() is Runtime.ONNXRUNTIME and not grown.eligible(fast)
 
 
+@pytest.mark.e2e
 def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(repository: Path) -> None:
     measured = chosen(repository, {}, ["esm2nv"])["esm2nv"]
     forced = next(runtime for runtime in Runtime if runtime is not measured)
@@ -172,6 +167,7 @@ def test_a_setting_overrides_the_measurement_and_unsetting_it_restores_it(reposi
     assert chosen(repository, {}, ["esm2nv"])["esm2nv"] == measured
 
 
+@pytest.mark.e2e
 def test_the_command_writes_the_choice_into_the_repository_configs(repository: Path) -> None:
     """For a repository served elsewhere untimed (S3): `python -m runtimes.choice` records it there."""
     choices = choose_runtimes(repository, {"esm2nv": Runtime.OPENVINO}, ["esm2nv"])
@@ -180,6 +176,7 @@ def test_the_command_writes_the_choice_into_the_repository_configs(repository: P
     assert config_of(repository).parameters["runtime"].string_value == Runtime.OPENVINO.value
 
 
+@pytest.mark.e2e
 def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> None:
     for graph in ("esm2nv", "esm2nv_language_model"):
         (repository / graph / "1" / Runtime.TORCHSCRIPT.file("model")).unlink()
@@ -187,9 +184,11 @@ def test_a_forced_runtime_that_was_not_exported_is_refused(repository: Path) -> 
         choose_runtimes(repository, {"esm2nv": Runtime.TORCHSCRIPT}, ["esm2nv"])
 
 
-def test_a_new_export_is_timed_again(repository: Path, exported: Path) -> None:
+@pytest.mark.e2e
+def test_a_new_export_is_timed_again(repository: Path, exported: TinyExport) -> None:
     choose_runtimes(repository, {}, ["esm2nv"])
-    export_model(TINY_ESM2, exported / "checkpoint", repository)  # removes the record of the graphs it replaces
+    # A new export of the encoder alone (every runtime, as any export): it removes the record of the graphs it replaces.
+    export_model(replace(TINY_ESM2, graphs=(ENCODER,)), exported.checkpoint, repository)
     lines: list[str] = []
     choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     assert any(line.startswith("esm2nv: timing") for line in lines)
@@ -197,19 +196,17 @@ def test_a_new_export_is_timed_again(repository: Path, exported: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def exported_molecules(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("decoder-runtimes")
-    create_default_checkpoint(TINY_MEGAMOLBART, root / "checkpoint", seed=3)
-    export_model(TINY_MEGAMOLBART, root / "checkpoint", root / "repository")
-    return root / "repository"
+def exported_molecules(tiny_models: TinyModels) -> Path:
+    return tiny_models.export("megamolbart").repository
 
 
 @pytest.fixture
 def molecules(exported_molecules: Path, tmp_path: Path) -> Path:
     """A fresh copy of the exported megamolbart, nothing recorded yet."""
-    return Path(shutil.copytree(exported_molecules, tmp_path / "repository"))
+    return build_repository(tmp_path / "repository", copied=models_in(exported_molecules), source=exported_molecules)
 
 
+@pytest.mark.e2e
 def test_the_decoder_records_the_fastest_over_whole_generations(molecules: Path) -> None:
     choices = chosen(molecules, {}, ["megamolbart"])
     record = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())
@@ -222,6 +219,7 @@ def test_the_decoder_records_the_fastest_over_whole_generations(molecules: Path)
     assert "megamolbart_encoder" in choices
 
 
+@pytest.mark.e2e
 def test_a_runtime_only_the_encoder_has_forces_the_encoder_and_leaves_the_decoder_to_its_timings(
     molecules: Path,
 ) -> None:
@@ -238,6 +236,7 @@ def test_a_runtime_only_the_encoder_has_forces_the_encoder_and_leaves_the_decode
     assert any(line.startswith("megamolbart_decoder: no onnxruntime-fused (not exported") for line in lines)
 
 
+@pytest.mark.e2e
 def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: Path) -> None:
     choices = choose_runtimes(molecules, {"megamolbart": Runtime.OPENVINO}, ["megamolbart"])
     forced = {name: choice.runtime for name, choice in choices.items()}
@@ -247,6 +246,7 @@ def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: P
     assert json.loads(decoder["runtime_timings"].string_value)["chosen_by"] == "BIONEMO_RUNTIME"
 
 
+@pytest.mark.e2e
 def test_the_decoder_runs_a_runtime_only_with_both_of_its_parts(exported_molecules: Path, tmp_path: Path) -> None:
     version = Path(shutil.copytree(exported_molecules / "megamolbart_decoder" / "1", tmp_path / "1"))
     (version / Runtime.TORCHSCRIPT.file("step")).unlink()
@@ -301,7 +301,7 @@ def test_a_dead_instance_neither_holds_its_slot_nor_counts_as_busy(tmp_path: Pat
     died = subprocess.run(
         [sys.executable, "-c", "import sys; from pathlib import Path; from runtimes.engines import "
          "CoreShare; share = CoreShare(2, Path(sys.argv[1])); share.running().__enter__(); print(share.slot)", str(board)],
-        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip  # it exits while busy, as a killed stub would
     assert died.stdout.strip() == "1", died.stderr
     with live.running() as threads:
@@ -317,11 +317,12 @@ def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
         "import serving.startup.launch, runtimes.choice, service\n"
         "from runtimes.engines import Runtime\nassert not Runtime.TORCHSCRIPT.installed()"
     )
-    started = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+    started = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert started.returncode == 0, started.stderr[-2000:]
 
 
+@pytest.mark.e2e
 def test_a_file_its_runtime_cannot_run_is_left_out_not_fatal(repository: Path) -> None:
     (repository / "esm2nv" / "1" / Runtime.OPENVINO.file("model")).write_text("not a model")
     choices = chosen(repository, {}, ["esm2nv"])
@@ -393,6 +394,7 @@ print(run_mib(8, 512) - before)
 """
 
 
+@pytest.mark.e2e
 def test_a_shrunk_arena_hands_back_what_a_run_used_where_a_kept_one_holds_it() -> None:
     """What the layers and contacts graphs rely on (Arena.SHRUNK): after one run of 8 rows of 512 tokens (esm2nv's
     attention maps alone are 20 MiB a row and layer), the kept arena holds the run's working set and the shrunk one
@@ -401,7 +403,7 @@ def test_a_shrunk_arena_hands_back_what_a_run_used_where_a_kept_one_holds_it() -
     grown = {}
     for arena in (Arena.KEPT, Arena.SHRUNK):
         probe = subprocess.run(
-            [sys.executable, "-c", ARENA_PROBE, str(graph), arena.value], cwd=Path(__file__).resolve().parent.parent,
+            [sys.executable, "-c", ARENA_PROBE, str(graph), arena.value], cwd=ROOT,
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         assert probe.returncode == 0, probe.stderr[-2000:]

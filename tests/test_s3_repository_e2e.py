@@ -13,11 +13,14 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import requests
-from conftest import ROOT, start_launcher, stop_service
-from reference import TransformersReference
-from s3_store import MODEL, S3Store, s3_store
+from support.paths import ROOT
+from support.service import start_launcher, stop_service
+from support.reference import TransformersReference
+from support.s3_store import MODEL, S3Store, s3_store
 
 from tritonserver_setup.readiness import free_loopback_port
+
+pytestmark = pytest.mark.e2e
 
 PROTEINS = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "MKT", "XBUZOACDEFGHIKLMNPQRSTVWYMKTAYIAKQRQISFVKSHFSRQ"]
 REFUSAL_TIMEOUT_S = 60

@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conftest import DEFAULT_REPOSITORY
+from support.paths import DEFAULT_REPOSITORY
 from runtimes.choice import METHOD, TOKEN_BATCHES, Choice, ModelFolder, Timings
 from runtimes.engines import Arena, Runtime
 from runtimes.served_repository import PREFIX, served_repository
@@ -64,6 +64,7 @@ def test_the_folders_of_ended_starts_are_removed(repository: Path, tmp_path: Pat
     assert not gone.exists() and kept.is_dir()
 
 
+@pytest.mark.e2e
 def test_a_start_with_a_forced_runtime_leaves_the_default_repository_as_it_was() -> None:
     """What the launcher does before `bentoml serve`, on the repository the suite's shared service serves."""
     configs = {path: path.read_text() for path in DEFAULT_REPOSITORY.glob("*/config.pbtxt")}

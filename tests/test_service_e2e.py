@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import base64
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pytest
 import requests
 from transformers import AutoConfig
 
-from conftest import RunningService
 from model_catalog import MODELS, TokenizerKind
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
-from reference import CHECKPOINTS, TransformersReference
+from support.paths import CHECKPOINTS
+from support.reference import TransformersReference
+from support.service import RunningService
+
+pytestmark = pytest.mark.e2e
 
 PROTEIN_MODELS = [name for name, d in MODELS.items() if d.tokenizer is not TokenizerKind.SMILES]
 TOLERANCE = 1e-4
@@ -41,13 +43,9 @@ def reference(model: str) -> TransformersReference:
     return TransformersReference(model)
 
 
-def post(service: RunningService, path: str, body: Any) -> requests.Response:
-    return requests.post(f"{service.url}{path}", json=body, timeout=120)
-
-
 def test_embed_matches_transformers(service: RunningService, model: str, reference: TransformersReference) -> None:
     sequences = mixed_sequences(model)
-    response = post(service, "/embed", {"sequences": sequences, "model": model})
+    response = service.post("/embed", {"sequences": sequences, "model": model})
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["model"] == model and len(answer["embeddings"]) == len(sequences)
@@ -59,7 +57,7 @@ def test_embed_matches_transformers(service: RunningService, model: str, referen
 
 def test_hidden_matches_transformers(service: RunningService, model: str, reference: TransformersReference) -> None:
     sequences = mixed_sequences(model)
-    response = post(service, "/hidden", {"sequences": sequences, "model": model})
+    response = service.post("/hidden", {"sequences": sequences, "model": model})
     assert response.status_code == 200, response.text
     answer = response.json()
     hiddens, mask = np.asarray(answer["hiddens"]), np.asarray(answer["mask"])
@@ -73,7 +71,7 @@ def test_hidden_matches_transformers(service: RunningService, model: str, refere
 
 def test_normalized_ndarray_embeddings(service: RunningService, model: str, reference: TransformersReference) -> None:
     sequences = random_sequences(3, seed=7)
-    response = post(service, "/embed/ndarray", {"sequences": sequences, "model": model, "normalize": True})
+    response = service.post("/embed/ndarray", {"sequences": sequences, "model": model, "normalize": True})
     assert response.status_code == 200, response.text
     vectors = np.asarray(response.json(), dtype=np.float32)
     for sequence, vector in zip(sequences, vectors):
@@ -90,7 +88,7 @@ def test_long_rows_merged_into_one_batch_run_in_pieces_and_keep_their_order(
     rows_per_piece = budget // (limit + 2) ** 2  # (the tokens of the top bucket: the limit and <= 2 special ones)
     rng = np.random.default_rng(9)
     sequences = ["".join(rng.choice(list(STANDARD_RESIDUES), size=limit - row)) for row in range(rows_per_piece + 2)]
-    response = post(service, "/embed", {"sequences": sequences, "model": model})
+    response = service.post("/embed", {"sequences": sequences, "model": model})
     assert response.status_code == 200, response.text
     for sequence, vector in zip(sequences, response.json()["embeddings"]):
         assert np.abs(np.asarray(vector) - reference.mean_embedding(sequence)).max() < TOLERANCE
@@ -103,21 +101,21 @@ def test_truncate_uses_the_first_residues_and_says_which(
     rng = np.random.default_rng(5)
     over = "".join(rng.choice(list(STANDARD_RESIDUES), size=limit + 37))
     body = {"sequences": ["MKTAYIAKQR", over], "model": model, "truncate": True}
-    embedded, hidden = post(service, "/embed", body), post(service, "/hidden", body)
+    embedded, hidden = service.post("/embed", body), service.post("/hidden", body)
     assert embedded.status_code == hidden.status_code == 200, embedded.text + hidden.text
     assert embedded.json()["truncated"] == hidden.json()["truncated"] == [1]
     expected = reference.hidden_states(over[:limit])
     assert np.abs(np.asarray(embedded.json()["embeddings"][1]) - expected[reference.residues].mean(axis=0)).max() < TOLERANCE
     assert sum(hidden.json()["mask"][1]) == len(expected)
     assert np.abs(np.asarray(hidden.json()["hiddens"][1])[: len(expected)] - expected).max() < TOLERANCE
-    assert post(service, "/embed", {**body, "truncate": False}).status_code == 422
-    assert post(service, "/embed", {**body, "sequences": ["MKTAYIAKQR"]}).json()["truncated"] == []
+    assert service.post("/embed", {**body, "truncate": False}).status_code == 422
+    assert service.post("/embed", {**body, "sequences": ["MKTAYIAKQR"]}).json()["truncated"] == []
 
 
 def test_cls_pooling_is_the_first_token(service: RunningService) -> None:
     reference = TransformersReference("esm2nv")
     sequences = random_sequences(2, seed=3)
-    response = post(service, "/embed", {"sequences": sequences, "pooling": "cls"})
+    response = service.post("/embed", {"sequences": sequences, "pooling": "cls"})
     assert response.status_code == 200, response.text
     for sequence, vector in zip(sequences, response.json()["embeddings"]):
         assert np.abs(np.asarray(vector) - reference.hidden_states(sequence)[0]).max() < TOLERANCE
@@ -126,7 +124,7 @@ def test_cls_pooling_is_the_first_token(service: RunningService) -> None:
 def test_more_sequences_than_one_triton_batch(service: RunningService) -> None:
     reference = TransformersReference("esm2nv")
     sequences = random_sequences(MODELS["esm2nv"].batching.max_batch_size + 9, seed=1)
-    response = post(service, "/embed", {"sequences": sequences, "model": "esm2nv"})
+    response = service.post("/embed", {"sequences": sequences, "model": "esm2nv"})
     assert response.status_code == 200, response.text
     for sequence, vector in zip(sequences, response.json()["embeddings"]):
         assert np.abs(np.asarray(vector) - reference.mean_embedding(sequence)).max() < TOLERANCE
@@ -136,7 +134,7 @@ def test_concurrent_requests_to_every_model(service: RunningService) -> None:
     references = {name: TransformersReference(name) for name in PROTEIN_MODELS}
     sent = [(PROTEIN_MODELS[i % len(PROTEIN_MODELS)], random_sequences(1 + i % 3, seed=100 + i, longest=200)) for i in range(12)]
     with ThreadPoolExecutor(max_workers=12) as pool:
-        responses = list(pool.map(lambda job: post(service, "/embed", {"model": job[0], "sequences": job[1]}), sent))
+        responses = list(pool.map(lambda job: service.post("/embed", {"model": job[0], "sequences": job[1]}), sent))
     for (model, sequences), response in zip(sent, responses):
         assert response.status_code == 200, response.text
         for sequence, vector in zip(sequences, response.json()["embeddings"]):
@@ -171,7 +169,7 @@ def test_concurrent_requests_of_different_lengths_share_model_runs(service: Runn
     sequences = ["".join(rng.choice(list(STANDARD_RESIDUES), size=length)) for length in range(40, 72)]
     inferences, executions = service.triton_counts("esm2nv")
     with ThreadPoolExecutor(max_workers=32) as pool:
-        answers = list(pool.map(lambda sequence: post(service, "/embed", {"sequences": [sequence]}), sequences))
+        answers = list(pool.map(lambda sequence: service.post("/embed", {"sequences": [sequence]}), sequences))
     assert [answer.status_code for answer in answers] == [200] * 32
     inferences_after, executions_after = service.triton_counts("esm2nv")
     assert inferences_after - inferences == 32
@@ -183,7 +181,7 @@ def test_base64_answers_carry_the_same_arrays(service: RunningService, dtype: st
     body = {"model": "esm2nv", "sequences": ["MKTAYIAKQR", "MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL"]}
     compact = {**body, "encoding_format": "base64", "dtype": dtype}
     for path, key in (("/embed", "embeddings"), ("/hidden", "hiddens")):
-        numbers, packed = post(service, path, body).json(), post(service, path, compact).json()
+        numbers, packed = service.post(path, body).json(), service.post(path, compact).json()
         assert (packed["encoding_format"], packed["dtype"]) == ("base64", dtype)
         expected = np.asarray(numbers[key], dtype=np.float32)
         little_endian = np.dtype(dtype).newbyteorder("<")
@@ -193,6 +191,6 @@ def test_base64_answers_carry_the_same_arrays(service: RunningService, dtype: st
 
 @pytest.mark.parametrize(("field", "value"), [("encoding_format", "base85"), ("dtype", "float64")])
 def test_an_unknown_encoding_is_a_422_naming_the_field(service: RunningService, field: str, value: str) -> None:
-    response = post(service, "/embed", {"sequences": ["MKTAYIAKQR"], field: value})
+    response = service.post("/embed", {"sequences": ["MKTAYIAKQR"], field: value})
     assert response.status_code == 422
     assert [detail["field"] for detail in response.json()["error"]["details"]] == [field]

@@ -129,7 +129,9 @@ def test_the_models_triton_loads_are_those_the_settings_or_the_options_name(
 ADMIN_TOKEN = "0123456789abcdef" * 4
 
 
+@pytest.mark.e2e
 def test_an_admin_token_gives_triton_explicit_model_control_over_every_model() -> None:
+    """e2e: the graphs loaded with a model are those the default export holds (its heads are optional)."""
     settings = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN})
     assert settings.triton_arguments() == ["--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"]
     chosen = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_MODELS": "esm2nv"})

@@ -26,6 +26,8 @@ from serving.startup.target_runtime import (
     require_providers,
 )
 
+pytestmark = pytest.mark.e2e
+
 REPOSITORY = PROJECT_ROOT / "model_repository"
 GPU_TARGETS = pytest.mark.parametrize("target", [Target.GPU, Target.GPU_TENSORRT], ids=lambda target: target.value)
 
@@ -101,8 +103,8 @@ def test_a_remote_repository_is_left_to_tritonserver() -> None:
 
 
 def test_launcher_refuses_a_gpu_target_before_starting_anything() -> None:
-    """As the tests and `make serve` start the service (conftest.start_launcher), with BIONEMO_TARGET=gpu: exit 2,
-    the one line of the refusal and nothing else, from bentoml or tritonserver."""
+    """As the tests and `make serve` start the service (support.service.start_launcher), with BIONEMO_TARGET=gpu: exit
+    2, the one line of the refusal and nothing else, from bentoml or tritonserver."""
     environment = dict(os.environ, BIONEMO_MODEL_REPOSITORY=str(REPOSITORY), BIONEMO_TARGET="gpu")
     launched = subprocess.run(
         [sys.executable, "-m", "serving.startup.launch", "service:svc"],

@@ -1,4 +1,5 @@
-"""Protein tokenizers against the transformers tokenizers saved in the default checkpoints."""
+"""Protein tokenizers against the transformers tokenizers saved with each architecture's checkpoint (a tiny one here:
+the exporter writes the same tokenizer at any size)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from preprocessing import ProteinTokenizer, SequenceError, SmilesTokenizer, l2_n
 from preprocessing.batching import bucket_width, bucketed_chunks
 from preprocessing.protein_tokenizer import RESIDUES
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_TOKENS
-from reference import CHECKPOINTS
+from support.checkpoints import TinyModels
 
 SEQUENCES = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "A", "XBUZOACDEFGHIKLMNPQRSTVWY", "MKT" * 50]
 TOKENIZER_MODELS = {TokenizerKind.ESM: "esm2nv", TokenizerKind.PROTT5: "prott5nv"}
@@ -30,9 +31,9 @@ def kind(request: pytest.FixtureRequest) -> TokenizerKind:
 
 
 @pytest.fixture(scope="module")
-def pair(kind: TokenizerKind) -> tuple[ProteinTokenizer, object]:
+def pair(kind: TokenizerKind, tiny_models: TinyModels) -> tuple[ProteinTokenizer, object]:
     name = TOKENIZER_MODELS[kind]
-    return tokenizer_for(MODELS[name]), AutoTokenizer.from_pretrained(CHECKPOINTS / name)
+    return tokenizer_for(MODELS[name]), AutoTokenizer.from_pretrained(tiny_models.checkpoint(name))
 
 
 def test_vocabularies_have_the_released_sizes() -> None:

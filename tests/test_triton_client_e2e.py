@@ -4,14 +4,17 @@ what transformers computes, and what /embed answers, for tensors a client tokeni
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import requests
 import tritonclient.http as triton
 
-from conftest import RunningService
+from support.service import RunningService
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
-from reference import TransformersReference
+from support.reference import TransformersReference
 from test_service_e2e import TOLERANCE
+
+pytestmark = pytest.mark.e2e
 
 CLIENTS_DOC_IDS = [0, 20, 15, 11, 2]
 """docs/clients.md's `ids` of "MKT" for esm2nv: <cls> M K T <eos>."""

@@ -1,2 +1,2 @@
-"""Shared test helpers: a fake of the Triton runner for unit tests of the engine (fake_runner.py), and the engine and
-the service's routes run in-process over it (in_process.py)."""
+"""What the tests share that is not a fixture: the running service, test repositories, tiny checkpoints, and a fake
+of the Triton runner with the engine and the routes run in-process over it, for the fast layer."""

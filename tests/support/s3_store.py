@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import boto3
-from conftest import DEFAULT_REPOSITORY, stop_process_group
+from support.paths import DEFAULT_REPOSITORY
+from support.service import stop_process_group
 
 from runtimes.choice import choose_runtimes, write_into_configs
 from runtimes.engines import Runtime

@@ -13,8 +13,8 @@ from transformers.modeling_outputs import BaseModelOutput
 from model_catalog import MODELS, Architecture
 from serving.engine.next_token import BeamSearch, log_softmax
 from preprocessing.smiles import SmilesTokenizer
+from support.paths import CHECKPOINTS
 
-CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 Substitution = tuple[int, str, str]
 """(0-based position, wild type, mutant)."""

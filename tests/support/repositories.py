@@ -1,0 +1,42 @@
+"""Model repositories a test serves or times instead of the default one: some of an exported repository's models,
+linked (read-only, nothing written into them) or copied (a start or a choice may write beside them), and some broken,
+copies whose every graph file is garbage, so that no runtime can open them."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from support.paths import DEFAULT_REPOSITORY
+
+GRAPH_SUFFIXES = {".onnx", ".data", ".pt", ".xml", ".bin"}
+"""Every runtime's graph files (ONNX and its external data, TorchScript, OpenVINO's graph and weights); not the
+python backend's model.py and engines.py, which then fail nothing but the graph's load."""
+NOT_A_MODEL = b"not a model"
+
+
+def models_in(repository: Path = DEFAULT_REPOSITORY) -> list[str]:
+    """The Triton models of `repository`: its folders."""
+    return sorted(folder.name for folder in repository.iterdir() if folder.is_dir())
+
+
+def build_repository(
+    folder: Path,
+    *,
+    linked: Iterable[str] = (),
+    copied: Iterable[str] = (),
+    broken: Iterable[str] = (),
+    source: Path = DEFAULT_REPOSITORY,
+) -> Path:
+    """`folder` holding `source`'s models `linked`, `copied` and `broken` (copied, then every graph file garbage)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in linked:
+        (folder / name).symlink_to(source / name, target_is_directory=True)
+    for name in [*copied, *broken]:
+        shutil.copytree(source / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in broken:
+        for graph_file in (folder / name).glob("*/*"):
+            if graph_file.suffix in GRAPH_SUFFIXES:
+                graph_file.write_bytes(NOT_A_MODEL)
+    return folder
