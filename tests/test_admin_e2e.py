@@ -55,11 +55,15 @@ def served(service: RunningService) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "headers",
-    [None, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}],
-    ids=["no header", "wrong token", "other scheme", "no scheme"],
-)
-@pytest.mark.parametrize("path", ["/admin/repository", "/admin/load", "/admin/unload"])
+    ("path", "headers"),
+    [
+        ("/admin/repository", None),
+        ("/admin/unload", None),
+        ("/admin/load", {"Authorization": "Bearer wrong"}),
+        ("/admin/load", {"Authorization": f"Basic {TOKEN}"}),
+    ],
+    ids=["repository-no header", "unload-no header", "load-wrong token", "load-other scheme"],
+)  # every route with every header: tests/test_validation.py
 def test_admin_endpoints_need_the_token(admin_service: RunningService, path: str, headers: dict[str, str] | None) -> None:
     response = admin_service.post(path, {"model": "prott5nv"}, headers)
     assert response.status_code == 401, response.text
