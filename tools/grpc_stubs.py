@@ -4,7 +4,10 @@
 
 - BentoML's own `bentoml/grpc/<version>/service.proto`, from the installed bentoml, into
   `serving/fronts/bentoml/grpc_stubs/<version>_service_pb2*.py` (why: serving/fronts/bentoml/grpc_stubs/__init__.py);
-- BioNeMo's GenerativeSampler protocols, `serving/fronts/bionemo_grpc/protos/*.proto`, into `*_pb2*.py` beside them.
+- BioNeMo's GenerativeSampler protocols, `serving/fronts/bionemo_grpc/protos/*.proto`, into `*_pb2*.py` beside them,
+  compiled from their own folder as BioNeMo's users compile them: protobuf's default pool then holds `esm1nv.proto`
+  once whether a process imports ours, a user's, or both (under another file name the two would clash, "duplicate
+  symbol"). grpcio-tools writes the service module's import of its messages flat; it is made relative to the package.
 
 The stubs are committed rather than generated at install, so that the bento and the image need no protoc;
 tests/test_grpc_stubs.py generates them again and fails if a committed one differs.
@@ -53,11 +56,13 @@ def generated_stubs() -> dict[Path, str]:
                     out / "bentoml/grpc" / version / f"{module}.py"
                 ).read_text()
         protos = sorted(BIONEMO_PROTOS.glob("*.proto"))
-        _protoc(ROOT, [str(proto.relative_to(ROOT)) for proto in protos], out)
+        _protoc(BIONEMO_PROTOS, [proto.name for proto in protos], out)
         for proto in protos:
-            for suffix in ("_pb2.py", "_pb2_grpc.py"):
-                generated = out / proto.relative_to(ROOT).with_name(proto.stem + suffix)
-                stubs[ROOT / generated.relative_to(out)] = generated.read_text()
+            messages, services = f"{proto.stem}_pb2", f"{proto.stem}_pb2_grpc"
+            stubs[BIONEMO_PROTOS / f"{messages}.py"] = (out / f"{messages}.py").read_text()
+            stubs[BIONEMO_PROTOS / f"{services}.py"] = (out / f"{services}.py").read_text().replace(
+                f"\nimport {messages} as", f"\nfrom . import {messages} as"
+            )
     return stubs
 
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from serving.fronts.bionemo_grpc.protos import esm1nv_pb2 as serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2
+from . import esm1nv_pb2 as esm1nv__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in serving/fronts/bionemo_grpc/protos/esm1nv_pb2_grpc.py depends on'
+        + ' but the generated code in esm1nv_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class GenerativeSamplerStub:
         """
         self.SeqToEmbedding = channel.unary_unary(
                 '/bionemo.model.protein.esm1nv.grpc.GenerativeSampler/SeqToEmbedding',
-                request_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2.InputSpec.SerializeToString,
-                response_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2.OutputSpec.FromString,
+                request_serializer=esm1nv__pb2.InputSpec.SerializeToString,
+                response_deserializer=esm1nv__pb2.OutputSpec.FromString,
                 _registered_method=True)
 
 
@@ -57,8 +57,8 @@ def add_GenerativeSamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SeqToEmbedding': grpc.unary_unary_rpc_method_handler(
                     servicer.SeqToEmbedding,
-                    request_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2.InputSpec.FromString,
-                    response_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2.OutputSpec.SerializeToString,
+                    request_deserializer=esm1nv__pb2.InputSpec.FromString,
+                    response_serializer=esm1nv__pb2.OutputSpec.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,8 +86,8 @@ class GenerativeSampler:
             request,
             target,
             '/bionemo.model.protein.esm1nv.grpc.GenerativeSampler/SeqToEmbedding',
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2.InputSpec.SerializeToString,
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_esm1nv__pb2.OutputSpec.FromString,
+            esm1nv__pb2.InputSpec.SerializeToString,
+            esm1nv__pb2.OutputSpec.FromString,
             options,
             channel_credentials,
             insecure,

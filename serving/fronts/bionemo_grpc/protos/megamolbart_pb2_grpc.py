@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from serving.fronts.bionemo_grpc.protos import megamolbart_pb2 as serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2
+from . import megamolbart_pb2 as megamolbart__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in serving/fronts/bionemo_grpc/protos/megamolbart_pb2_grpc.py depends on'
+        + ' but the generated code in megamolbart_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class GenerativeSamplerStub:
         """
         self.SmilesToEmbedding = channel.unary_unary(
                 '/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/SmilesToEmbedding',
-                request_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.SerializeToString,
-                response_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.FromString,
+                request_serializer=megamolbart__pb2.InputSpec.SerializeToString,
+                response_deserializer=megamolbart__pb2.OutputSpec.FromString,
                 _registered_method=True)
         self.SmilesToHidden = channel.unary_unary(
                 '/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/SmilesToHidden',
-                request_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.SerializeToString,
-                response_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.FromString,
+                request_serializer=megamolbart__pb2.InputSpec.SerializeToString,
+                response_deserializer=megamolbart__pb2.OutputSpec.FromString,
                 _registered_method=True)
         self.HiddenToSmis = channel.unary_unary(
                 '/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/HiddenToSmis',
-                request_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.SerializeToString,
-                response_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.FromString,
+                request_serializer=megamolbart__pb2.InputSpec.SerializeToString,
+                response_deserializer=megamolbart__pb2.OutputSpec.FromString,
                 _registered_method=True)
 
 
@@ -80,18 +80,18 @@ def add_GenerativeSamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SmilesToEmbedding': grpc.unary_unary_rpc_method_handler(
                     servicer.SmilesToEmbedding,
-                    request_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.FromString,
-                    response_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.SerializeToString,
+                    request_deserializer=megamolbart__pb2.InputSpec.FromString,
+                    response_serializer=megamolbart__pb2.OutputSpec.SerializeToString,
             ),
             'SmilesToHidden': grpc.unary_unary_rpc_method_handler(
                     servicer.SmilesToHidden,
-                    request_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.FromString,
-                    response_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.SerializeToString,
+                    request_deserializer=megamolbart__pb2.InputSpec.FromString,
+                    response_serializer=megamolbart__pb2.OutputSpec.SerializeToString,
             ),
             'HiddenToSmis': grpc.unary_unary_rpc_method_handler(
                     servicer.HiddenToSmis,
-                    request_deserializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.FromString,
-                    response_serializer=serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.SerializeToString,
+                    request_deserializer=megamolbart__pb2.InputSpec.FromString,
+                    response_serializer=megamolbart__pb2.OutputSpec.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -119,8 +119,8 @@ class GenerativeSampler:
             request,
             target,
             '/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/SmilesToEmbedding',
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.SerializeToString,
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.FromString,
+            megamolbart__pb2.InputSpec.SerializeToString,
+            megamolbart__pb2.OutputSpec.FromString,
             options,
             channel_credentials,
             insecure,
@@ -146,8 +146,8 @@ class GenerativeSampler:
             request,
             target,
             '/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/SmilesToHidden',
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.SerializeToString,
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.FromString,
+            megamolbart__pb2.InputSpec.SerializeToString,
+            megamolbart__pb2.OutputSpec.FromString,
             options,
             channel_credentials,
             insecure,
@@ -173,8 +173,8 @@ class GenerativeSampler:
             request,
             target,
             '/bionemo.model.molecule.megamolbart.grpc.GenerativeSampler/HiddenToSmis',
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.InputSpec.SerializeToString,
-            serving_dot_fronts_dot_bionemo__grpc_dot_protos_dot_megamolbart__pb2.OutputSpec.FromString,
+            megamolbart__pb2.InputSpec.SerializeToString,
+            megamolbart__pb2.OutputSpec.FromString,
             options,
             channel_credentials,
             insecure,
