@@ -187,10 +187,8 @@ class GraphSpec:
     timed: bool = True
     """Its runtime is chosen by timing each on the serving machine (runtimes/choice.py); a graph asked
     for rarely runs onnxruntime untimed, even where BIONEMO_RUNTIME names another: timing it would add a minute to
-    every start on a new machine (esm2nv's contacts: 15.7 s a round over the timed shapes, TorchScript 10.5 of them)."""
-    attention_maps: bool = False
-    """Reads the attention probabilities themselves: every runtime's file is converted with eager attention, which
-    gives them, where the others are converted with fused attention (sdpa), which does not."""
+    every start on a new machine (esm2nv's contacts: 15.7 s a round over the timed shapes, TorchScript 10.5 of them).
+    The exporter writes such a graph's ONNX file alone."""
     arena: Arena = Arena.KEPT
     """What onnxruntime's CPU arena keeps between runs: a graph asked for now and then hands it back (SHRUNK), the
     cached decoder, whose shapes never recur, runs without one (OFF)."""
@@ -319,7 +317,6 @@ CONTACTS = GraphSpec(
     instances=1,
     timed=False,
     arena=Arena.SHRUNK,
-    attention_maps=True,
 )
 PROTEIN_LANGUAGE_MODEL = (ENCODER, LANGUAGE_MODEL, LAYERS, CONTACTS)
 """ESM's graphs: a checkpoint without its masked-LM head (a bare EsmModel) is served without the language model."""

@@ -29,6 +29,8 @@ RUNTIMES = Path(__file__).resolve().parent.parent / "runtimes"
 beside each other into each version as `engines.py` and `model.py`."""
 NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
+UNTIMED = "not used: the graph runs onnxruntime untimed (model_catalog.GraphSpec.timed)"
+"""Why a graph asked for rarely (layers, contacts) gets no other runtime's file: it would never be served."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
 
@@ -113,7 +115,8 @@ def export_model(
     execution provider (`tolerance` defaults to the one of its precision).
     Weights go to ONNX external data when a graph is over 2 GB, or always with
     `external_data`. The ONNX file is always written; of the other runtimes only
-    those in `runtimes` are (each conversion and its gate takes seconds to minutes).
+    those in `runtimes` are (each conversion and its gate takes seconds to minutes), and only for the graphs whose
+    runtime is timed (GraphSpec.timed): the others always run onnxruntime.
     Every config records where the weights came from (parameter `checkpoint`, which GET /models shows): `weights`,
     or else the checkpoint's file or folder name (`python -m exporter defaults` gives model_catalog.RANDOM_INIT_WEIGHTS).
     """
@@ -148,11 +151,10 @@ def export_model(
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
-                # sdpa is what makes each of them fuse attention; eager gives the maps a contacts graph reads
-                with attention_implementation(module, "eager" if graph.attention_maps else "sdpa"):
+                with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
                     for runtime, convert in CONVERTERS.items():
-                        if runtime not in runtimes:
-                            outcomes[runtime][part.name] = NOT_ASKED
+                        if runtime not in runtimes or not graph.timed:
+                            outcomes[runtime][part.name] = NOT_ASKED if runtime not in runtimes else UNTIMED
                             continue
                         with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
                             outcomes[runtime][part.name] = _convert_runtime(

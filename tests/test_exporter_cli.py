@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2
 
 from exporter.__main__ import main
 from exporter.errors import OptimizerUnavailable
-from exporter.pipeline import Optimizer, export_model
+from exporter.pipeline import UNTIMED, Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
 from model_catalog import GraphRole, Target
 from runtimes.engines import Runtime
@@ -40,8 +40,9 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     output = capsys.readouterr()
     stages = [line.split()[0] for line in output.err.splitlines() if line.endswith(("...", " s"))]
     runtimes = ["convert", "convert"] * len(CONVERTERS)  # the same graph for each runtime that fuses attention
-    graph = ["convert", "convert", "verify", "verify", *runtimes]  # the encoder, language model, layers, contacts
-    assert stages == ["load", "load", *graph, *graph, *graph, *graph, "write", "write"]
+    timed = ["convert", "convert", "verify", "verify", *runtimes]  # the encoder, the language model
+    untimed = ["convert", "convert", "verify", "verify"]  # layers, contacts: their ONNX file alone
+    assert stages == ["load", "load", *timed, *timed, *untimed, *untimed, "write", "write"]
     assert all("done in" in line for line in output.err.splitlines() if not line.endswith("..."))
     summary = output.out
     assert f"esm2nv: exported from {checkpoint} in " in summary
@@ -51,6 +52,8 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     assert f"configs: {tmp_path / 'esm2nv' / 'config.pbtxt'}, {tmp_path / 'esm2nv' / 'configs' / 'gpu.pbtxt'}" in summary
     for runtime in CONVERTERS:
         assert f"    {runtime.value}: max |{runtime.value} - torch| = " in summary
+        assert f"    {runtime.value}: left out ({UNTIMED})" in summary
+    assert {path.name for path in (tmp_path / "esm2nv_contacts" / "4").iterdir()} == {"model.onnx", "model.py", "engines.py"}
     for config_file in (tmp_path / "esm2nv").glob("**/*.pbtxt"):
         config = read_config(config_file)
         assert config.max_batch_size == 12
