@@ -71,9 +71,11 @@ GROWTH_LIMIT_MIB = 8.0
 as serving does (the decoder), and still be chosen: a runtime that keeps megabytes per run would grow for as long as
 it served. onnxruntime with its arena moved by up to 2.1 MiB over the decoder's timed generations. Growth by
 kilobytes per shape is below what seconds of timing can see: `make soak` measures that."""
-METHOD = 3
+METHOD = 4
 """1: the decoder timed on isolated steps; 2: on whole generations, the memory each runtime grew by recorded; 3: the
-runtimes' timed runs interleaved."""
+runtimes' timed runs interleaved; 4: TorchScript, which the timings never choose, no longer timed."""
+NOT_TIMED = "not timed: it runs only where BIONEMO_RUNTIME names it"
+"""Why a runtime available here has no timings (Runtime.chosen_by_timing): timing it would only slow the start."""
 TOKEN_IDS = (4, 24)
 """Token ids of the timed rows, drawn from this range, which every catalogued vocabulary holds (the smallest, ESM's,
 has 33): the time a graph takes does not depend on which tokens it reads."""
@@ -135,9 +137,14 @@ class Timings:
         return {runtime: round(sum(times.values()), 1) for runtime, times in self.milliseconds.items()}
 
     def eligible(self, runtime: str) -> bool:
-        """Whether timing may choose `runtime`: one that serving never runs unforced (TorchScript), or whose memory
-        grew over GROWTH_LIMIT_MIB in its timed runs, may not."""
-        return Runtime(runtime).chosen_by_timing and self.grown_mib.get(runtime, 0.0) <= GROWTH_LIMIT_MIB
+        """Whether timing may choose `runtime`: one whose memory grew over GROWTH_LIMIT_MIB in its timed runs may
+        not."""
+        return self.grown_mib.get(runtime, 0.0) <= GROWTH_LIMIT_MIB
+
+    def can_run(self, runtime: Runtime) -> bool:
+        """Whether BIONEMO_RUNTIME may force `runtime`: it ran in the timings, or it is available here but never timed
+        (TorchScript)."""
+        return runtime.value in self.milliseconds or self.left_out.get(runtime.value) == NOT_TIMED
 
     def fastest(self) -> Runtime:
         """The runtime of the smallest total among the eligible; onnxruntime where none ran (Triton's load then fails,
@@ -245,9 +252,9 @@ def parts_of(config: model_config_pb2.ModelConfig) -> tuple[str, ...]:
     return tuple(key.removesuffix(PART_FILE_SUFFIX) for key in sorted(config.parameters) if key.endswith(PART_FILE_SUFFIX))
 
 
-def available(version_dir: Path, parts: tuple[str, ...]) -> tuple[dict[Runtime, dict[str, Path]], dict[str, str]]:
-    """The runtimes exported into `version_dir` for every one of a graph's `parts` and installed here, with each
-    part's file; why each other one is not."""
+def timeable(version_dir: Path, parts: tuple[str, ...]) -> tuple[dict[Runtime, dict[str, Path]], dict[str, str]]:
+    """The runtimes the timings may choose that are exported into `version_dir` for every one of a graph's `parts`
+    and installed here, with each part's file; why each other runtime is not timed."""
     files, left_out = {}, {}
     for runtime in Runtime:
         paths = {part: version_dir / runtime.file(part) for part in parts}
@@ -256,19 +263,22 @@ def available(version_dir: Path, parts: tuple[str, ...]) -> tuple[dict[Runtime, 
             left_out[runtime.value] = f"not exported ({', '.join(missing)} missing)"
         elif not runtime.installed():
             left_out[runtime.value] = f"{runtime.library} is not installed"
+        elif not runtime.chosen_by_timing:
+            left_out[runtime.value] = NOT_TIMED
         else:
             files[runtime] = paths
     return files, left_out
 
 
 def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int) -> Timings:
-    """Time every runtime available in `version_dir`: WARM_UP_RUNS of all its work, then TIMED_RUNS rounds, each of
-    which runs every runtime's work in turn, so that a spell of load from elsewhere slows every runtime rather than
+    """Time every runtime in `version_dir` the timings may choose (timeable): WARM_UP_RUNS of all its work, then
+    TIMED_RUNS rounds, each of which runs every runtime's work in turn, so that a spell of load from elsewhere slows
+    every runtime rather than
     the one it met (a clean clone's timings, taken while a test loaded the machine, once gave onnxruntime 233 ms for
     a one-row generation that takes 55-73 ms). Each work's fastest run counts; a runtime's memory growth is summed
     over its timed runs (freed memory handed back before each reading, as the backends do)."""
     work = decoder_generations(config) if folder.timed_on == GENERATIONS else token_batches(config)
-    files, left_out = available(version_dir, folder.parts)
+    files, left_out = timeable(version_dir, folder.parts)
     engines: dict[str, Mapping[str, Engine]] = {}
     for runtime, paths in files.items():
         try:
@@ -418,7 +428,7 @@ def choose_runtimes(
         version_dir = folder.newest_version()
         threads = instance_threads(config)
         timings = folder.recorded()
-        runtimes = {runtime.value for runtime in available(version_dir, folder.parts)[0]}
+        runtimes = {runtime.value for runtime in timeable(version_dir, folder.parts)[0]}
         now = (cpu_model(), threads, int(version_dir.name), runtimes, METHOD)
         if timings is None or timings.measured_for() != now:
             report(f"{folder.path.name}: timing its runtimes on {now[0]}, {threads} thread(s)")
@@ -427,13 +437,13 @@ def choose_runtimes(
         timed.append((folder, timings))
     for model, runtime in forced.items():
         graphs = [(folder.path.name, timings) for folder, timings in timed if folder.model == model]
-        if graphs and not any(runtime.value in timings.milliseconds for _, timings in graphs):
+        if graphs and not any(timings.can_run(runtime) for _, timings in graphs):
             why = "; ".join(f"{name}: {timings.left_out.get(runtime.value, '')}" for name, timings in graphs)
             raise RuntimeChoiceError(f"BIONEMO_RUNTIME: {model} cannot run on {runtime.value} here ({why})")
     choices = {}
     for folder, timings in timed:
         runtime = forced.get(folder.model)
-        if runtime is not None and runtime.value not in timings.milliseconds:
+        if runtime is not None and not timings.can_run(runtime):
             report(f"{folder.path.name}: no {runtime.value} ({timings.left_out.get(runtime.value, '')}); the fastest measured")
             runtime = None
         chosen_by = "measurement" if runtime is None else "BIONEMO_RUNTIME"

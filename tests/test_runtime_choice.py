@@ -26,15 +26,16 @@ from model_catalog import ENCODER, MODELS, GraphRole
 from runtimes.choice import (
     GROWTH_LIMIT_MIB,
     METHOD,
+    NOT_TIMED,
     RECORD,
     Choice,
     RuntimeChoiceError,
     Timings,
-    available,
     choose_runtimes,
     cpu_model,
     instance_threads,
     main,
+    timeable,
     write_into_configs,
 )
 from runtimes.engines import Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
@@ -96,7 +97,9 @@ def test_the_fastest_timed_runtime_is_chosen_and_the_timings_kept_beside_the_con
     choices = choose_runtimes(repository, {}, ["esm2nv"], report=lines.append)
     record = json.loads((repository / "esm2nv" / RECORD).read_text())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
-    assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in Runtime}  # TorchScript: never chosen
+    timed = {runtime.value for runtime in Runtime if runtime is not Runtime.TORCHSCRIPT}  # never chosen: not timed
+    assert set(totals) == set(record["grown_mib"]) == timed
+    assert record["left_out"] == {Runtime.TORCHSCRIPT.value: NOT_TIMED}
     choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
     assert set(choices) == {"esm2nv", "esm2nv_language_model"}  # timed as the encoder is; the layers run untimed
     assert choices["esm2nv"].runtime == Runtime(min(choosable, key=choosable.__getitem__)) != Runtime.TORCHSCRIPT
@@ -212,7 +215,7 @@ def test_the_decoder_records_the_fastest_over_whole_generations(molecules: Path)
     record = json.loads((molecules / "megamolbart_decoder" / RECORD).read_text())
     assert all(list(times) == ["generation 1x100", "generation 16x100"] for times in record["milliseconds"].values())
     totals = {runtime: sum(times.values()) for runtime, times in record["milliseconds"].items()}
-    assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in DECODER_RUNTIMES}
+    assert set(totals) == set(record["grown_mib"]) == {runtime.value for runtime in DECODER_RUNTIMES} - {"torchscript"}
     choosable = {runtime: total for runtime, total in totals.items() if Timings(**record).eligible(runtime)}
     assert choices["megamolbart_decoder"] == Runtime(min(choosable, key=choosable.__getitem__))
     assert record["threads"] == len(os.sched_getaffinity(0))  # its one instance runs on every core
@@ -250,7 +253,7 @@ def test_a_setting_for_the_model_forces_its_encoder_and_its_decoder(molecules: P
 def test_the_decoder_runs_a_runtime_only_with_both_of_its_parts(exported_molecules: Path, tmp_path: Path) -> None:
     version = Path(shutil.copytree(exported_molecules / "megamolbart_decoder" / "1", tmp_path / "1"))
     (version / Runtime.TORCHSCRIPT.file("step")).unlink()
-    files, left_out = available(version, ("cross_attention", "step"))
+    files, left_out = timeable(version, ("cross_attention", "step"))
     assert left_out[Runtime.TORCHSCRIPT.value] == "not exported (step.torchscript.pt missing)"
     assert files[Runtime.OPENVINO] == {part: version / Runtime.OPENVINO.file(part) for part in ("cross_attention", "step")}
 
