@@ -8,7 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from support.checkpoints import TinyModels
+from support.image_build import ImageBuild
 from support.service import RunningService, start_launcher, stop_service
+
+from container.engine import missing_tools
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +26,15 @@ def service() -> Iterator[RunningService]:
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     """Tiny checkpoints of each architecture and their exports, each made once a session, on first use."""
     return TinyModels(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def image_build(request: pytest.FixtureRequest) -> Iterator[ImageBuild | None]:
+    """The image's build, started with the session where a test of this session runs the image (and the tools to
+    build it are here: that test says which are missing); None otherwise."""
+    if missing_tools() or not any("image" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    build = ImageBuild()
+    yield build
+    build.stop()

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ import requests
 import yaml
 from bentoml.client import Client
 from bentoml.exceptions import NotFound
+from support.image_build import ImageBuild
 from support.paths import ROOT
 from support.service import STARTUP_TIMEOUT_S, stop_with_requests_in_flight
 from support.reference import TransformersReference
@@ -36,7 +36,6 @@ from support.s3_store import s3_store
 import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before BentoML's client: its stubs for protobuf 6)
 from container.engine import engine, engine_environment, missing_tools
 from container.image import STAND_IN
-from model_catalog import Target
 from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container]
@@ -155,17 +154,15 @@ def replace_the_previous_test_image(runner: str, built: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def image(runner: str) -> str:
-    """The cpu bento's image on the stand-in base, built by what `make image BASE_IMAGE=stand-in` runs, in a process
-    of its own (building a bento imports the service, whose gRPC descriptors this process may hold already)."""
-    build = subprocess.run(
-        [sys.executable, "-m", "container.image", "--base-image", STAND_IN, "--target", Target.CPU.value],
-        cwd=ROOT, capture_output=True, text=True, timeout=IMAGE_BUILD_TIMEOUT_S, check=False,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-    print(build.stdout.splitlines()[-1])
-    (built,) = re.findall(r"^built (\S+) in \d+ s$", build.stdout, re.MULTILINE)
-    assert built.endswith(f"-{STAND_IN}") and "STAND-IN" in build.stdout  # never passed off as the real base
+def image(runner: str, image_build: ImageBuild | None) -> str:
+    """The cpu bento's image on the stand-in base, built by what `make image BASE_IMAGE=stand-in` runs, started with
+    the session (support/image_build.py)."""
+    assert image_build is not None
+    returncode, output = image_build.result(IMAGE_BUILD_TIMEOUT_S)
+    assert returncode == 0, output[-8000:]
+    (built,) = re.findall(r"^built (\S+) in \d+ s$", output, re.MULTILINE)
+    print(f"built {built}")
+    assert built.endswith(f"-{STAND_IN}") and "STAND-IN" in output  # never passed off as the real base
     replace_the_previous_test_image(runner, built)
     return built
 

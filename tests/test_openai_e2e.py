@@ -128,18 +128,11 @@ def test_an_unknown_field_is_refused_by_name(client: openai.OpenAI) -> None:
     assert raised.value.param == "truncate"
 
 
-@pytest.mark.parametrize(
-    ("headers", "body", "status", "param"),
-    [
-        ({"content-type": "application/json"}, b"{not json", 400, "body"),
-        ({"content-type": "text/plain"}, b"MKT", 415, "content-type"),
-    ],
-)
-def test_every_error_has_openais_shape(
-    service: RunningService, headers: dict[str, str], body: bytes, status: int, param: str
-) -> None:
-    response = requests.post(f"{service.url}/v1/embeddings", data=body, headers=headers, timeout=60)
-    assert response.status_code == status, response.text
+def test_an_unreadable_body_has_openais_error_shape(service: RunningService) -> None:
+    """One unreadable body against the real stack; the others in-process (test_validation.py)."""
+    headers = {"content-type": "application/json"}
+    response = requests.post(f"{service.url}/v1/embeddings", data=b"{not json", headers=headers, timeout=60)
+    assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and error["param"] == param
+    assert set(error) == {"message", "type", "param", "code"} and error["param"] == "body"
     assert error["type"] == "invalid_request_error"
