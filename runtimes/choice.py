@@ -273,9 +273,8 @@ def timeable(version_dir: Path, parts: tuple[str, ...]) -> tuple[dict[Runtime, d
 def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_dir: Path, threads: int) -> Timings:
     """Time every runtime in `version_dir` the timings may choose (timeable): WARM_UP_RUNS of all its work, then
     TIMED_RUNS rounds, each of which runs every runtime's work in turn, so that a spell of load from elsewhere slows
-    every runtime rather than
-    the one it met (a clean clone's timings, taken while a test loaded the machine, once gave onnxruntime 233 ms for
-    a one-row generation that takes 55-73 ms). Each work's fastest run counts; a runtime's memory growth is summed
+    every runtime rather than the one it met (a clean clone's timings, taken while a test loaded the machine, once
+    gave onnxruntime 233 ms for a one-row generation that takes 55-73 ms). Each work's fastest run counts; a runtime's memory growth is summed
     over its timed runs (freed memory handed back before each reading, as the backends do)."""
     work = decoder_generations(config) if folder.timed_on == GENERATIONS else token_batches(config)
     files, left_out = timeable(version_dir, folder.parts)
