@@ -160,7 +160,7 @@ RUNTIME = Setting(
     "auto",
     "which runtime runs each model's timed graphs on CPU (encoders, ESM's language models, MegaMolBART's decoder; the "
     "layers and contacts graphs always run onnxruntime, untimed): auto (the fastest of onnxruntime, onnxruntime-fused "
-    "and openvino, timed on this machine at start-up; torchscript is timed but never chosen), one of onnxruntime, "
+    "and openvino, timed on this machine at start-up; torchscript is neither timed nor chosen), one of onnxruntime, "
     "onnxruntime-fused, torchscript, openvino for every model, or model=runtime items separated by commas "
     "(megamolbart=openvino: its encoder and its decoder)",
 )
