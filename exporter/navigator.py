@@ -31,6 +31,12 @@ MISSING = (
 )
 
 
+ONNX_RUNNERS = ("OnnxCPU", "OnnxCUDA", "OnnxTensorRT")
+"""The runners Navigator checks and profiles, of which it keeps those of the target's device: the ONNX file is all the
+export takes, and its default runners add torch's own, torch.compile among them, whose compilation took 68 s of a
+cold machine's 128 s for two tiny graphs (tests/test_exporter_cli.py, AMD EPYC, 2026-11-27)."""
+
+
 def navigator_version() -> str:
     """The installed Model Navigator's version; `OptimizerUnavailable` where there is none."""
     # Navigator converts in spawned child processes and refuses to import once the start method is fork,
@@ -78,6 +84,7 @@ def optimize_with_navigator(
         workspace=workspace,
         custom_configs=[nav.OnnxConfig(opset=ONNX_OPSET, dynamic_axes=dynamic_axes(graph, inputs + outputs))],
         optimization_profile=nav.OptimizationProfile(max_batch_size=max_batch_size),
+        runners=ONNX_RUNNERS,
     )
     try:
         best = package.get_best_model_status(include_source=False)
