@@ -340,6 +340,15 @@ class ModelDescription:
     """Triton serves the newest N versions side by side (`version_policy: latest`); requests pick one."""
     response_cache: bool = False
     """Triton answers repeated identical requests from its cache (needs tritonserver's --cache-config)."""
+    published_sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The shapes of the published checkpoints users serve, by size ("150M"): `make bench MODEL_SIZE=150M` exports a
+    random-init checkpoint of that shape (no trained weights can be had here; speed does not depend on the values)."""
+
+    def at_size(self, size: str) -> "ModelDescription":
+        """This model with its default checkpoint at a published shape (`published_sizes`)."""
+        if size not in self.published_sizes:
+            raise KeyError(f"{self.name} has no published size {size!r}; known: {', '.join(self.published_sizes)}")
+        return replace(self, default_checkpoint_config=self.published_sizes[size])
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -392,6 +401,12 @@ MODELS: dict[str, ModelDescription] = {
                 "num_hidden_layers": 6,
                 "num_attention_heads": 20,
                 "intermediate_size": 1280,
+            },
+            # The config.json of facebook/esm2_t30_150M_UR50D and esm2_t33_650M_UR50D; 8M is the default's own.
+            published_sizes={
+                "8M": {"hidden_size": 320, "num_hidden_layers": 6, "num_attention_heads": 20, "intermediate_size": 1280},
+                "150M": {"hidden_size": 640, "num_hidden_layers": 30, "num_attention_heads": 20, "intermediate_size": 2560},
+                "650M": {"hidden_size": 1280, "num_hidden_layers": 33, "num_attention_heads": 20, "intermediate_size": 5120},
             },
             summary="ESM-2 protein language model (rotary positions), residue embeddings",
         ),
