@@ -4,7 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TRITON_READY := $(VENV)/.tritonserver-checked
-MODELS_READY := model_repository/.exported
+# Where `make models` exports the defaults (the service serves BIONEMO_MODEL_REPOSITORY, model_repository unless set),
+# which of them (EXPORT_MODELS, default: all) and in which precision: `make serve PRECISION=int8` serves the encoder and
+# language-model graphs in INT8 where they pass the accuracy gate (docs/performance.md).
+REPOSITORY ?= model_repository
+EXPORT_MODELS ?=
+PRECISION ?= fp32
+MODELS_READY := $(REPOSITORY)/.exported
+PRECISION_ASKED := $(REPOSITORY)/.precision
 # The tritonserver base image's Python and glibc (bentofile.yaml); tests/test_packaging.py checks they agree.
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_39
@@ -15,7 +22,7 @@ EXPORT_SOURCES := model_catalog.py \
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve serve-grpc test test-fast audit lock image bench soak clean
+.PHONY: install models serve serve-grpc test test-fast audit lock image bench soak clean FORCE
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -36,10 +43,17 @@ models: $(MODELS_READY)
 
 # Export again whenever the descriptions or the exporter change; then time each encoder's runtimes on this machine
 # (serving.startup.launch does it too, where a record does not hold for the machine it starts on).
-$(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES)
-	$(BIN)/python -m exporter defaults --force
-	$(BIN)/python -m runtimes.choice
+# `exporter defaults --force` never exports over a version another export wrote (a user's own checkpoint): it says so.
+$(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES) $(PRECISION_ASKED)
+	$(BIN)/python -m exporter defaults --force --precision $(PRECISION) --repository $(REPOSITORY) \
+		$(if $(EXPORT_MODELS),--models $(EXPORT_MODELS))
+	$(BIN)/python -m runtimes.choice --repository $(REPOSITORY)
 	touch $@
+
+# Rewritten only when PRECISION changes, so that a change exports again.
+$(PRECISION_ASKED): FORCE
+	@mkdir -p $(@D)
+	@echo $(PRECISION) | cmp -s - $@ || echo $(PRECISION) > $@
 
 serve: install models
 	$(BIN)/python -m serving.startup.launch service:svc
@@ -133,4 +147,4 @@ image: install models
 	$(BIN)/python -m container.image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) --target $(TARGET)
 
 clean:
-	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY)
+	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY) $(PRECISION_ASKED)

@@ -9,6 +9,7 @@ model's capabilities. Adding a model means adding a `ModelDescription`.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,6 +93,8 @@ class Precision(str, enum.Enum):
 
     FP32 = "FP32"
     FP16 = "FP16"
+    INT8 = "INT8"
+    """Weights and activations in 8 bits (exporter/quantize.py), where the accuracy gate lets the graph have them."""
 
 
 class Target(str, enum.Enum):
@@ -453,6 +456,32 @@ MODELS: dict[str, ModelDescription] = {
 DEFAULT_MODEL = "esm2nv"
 
 RANDOM_INIT_WEIGHTS = "random-init default"
+EXPORTS_PARAMETER = "exports"
+"""A graph's config parameter recording, per version, where its weights came from and the precision it runs in, as
+JSON: {"1": {"checkpoint": "random-init default", "precision": "FP32"}}. `exporter defaults` leaves alone a version
+it did not write; GET /models and every answer show the precision."""
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    """What one export wrote into one version of a graph (EXPORTS_PARAMETER)."""
+
+    checkpoint: str
+    precision: Precision = Precision.FP32
+
+    def as_json(self) -> dict[str, str]:
+        return {"checkpoint": self.checkpoint, "precision": self.precision.value}
+
+
+def recorded_exports(parameters: Any) -> dict[int, ExportRecord]:
+    """The exports a config's `parameters` (a ModelConfig's map) record by version; for a config written before
+    EXPORTS_PARAMETER was, none: its `checkpoint` parameter is all it says, for the version it does not name."""
+    if EXPORTS_PARAMETER not in parameters:
+        return {}
+    return {
+        int(version): ExportRecord(record["checkpoint"], Precision(record["precision"]))
+        for version, record in json.loads(parameters[EXPORTS_PARAMETER].string_value).items()
+    }
 """What a config's `checkpoint` parameter says of the weights `python -m exporter defaults` exported: the random-init
 default checkpoint (default_checkpoint_config). A config of any other export names its checkpoint's file or folder;
 GET /models shows it as the model's `weights`."""

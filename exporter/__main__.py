@@ -18,7 +18,8 @@ from exporter.errors import ExportError  # noqa: E402
 from exporter.pipeline import Optimizer, export_model  # noqa: E402
 from exporter.progress import PrintedProgress  # noqa: E402
 from exporter.runtime_export import CONVERTERS  # noqa: E402
-from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, ModelDescription, Target  # noqa: E402
+from exporter.triton_config import recorded_checkpoint  # noqa: E402
+from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, ModelDescription, Precision, Target  # noqa: E402
 from runtimes.engines import Runtime  # noqa: E402
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
@@ -37,6 +38,18 @@ def _choice(parser: argparse.ArgumentParser, flag: str, default: enum.Enum, help
     kind = type(default)
     metavar = "{" + ",".join(member.value for member in kind) + "}"
     parser.add_argument(flag, type=kind, choices=list(kind), default=default, metavar=metavar, help=help)
+
+
+EXPORTED_PRECISIONS = (Precision.FP32, Precision.INT8)
+
+
+def _precision(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--precision", type=lambda text: Precision(text.upper()), choices=EXPORTED_PRECISIONS, default=Precision.FP32,
+        metavar="{fp32,int8}",
+        help="int8: the encoder and language-model graphs in INT8 where they pass the accuracy gate, else FP32 "
+        "(exporter/quantize.py)",
+    )  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         "--versions-served", type=_positive, help="Triton serves the newest N versions side by side (default: 1)"
     )
     export.add_argument("--response-cache", action="store_true", help="enable Triton's response cache for the model")
+    _precision(export)
     export.add_argument(
         "--runtimes", nargs="*", type=Runtime, choices=list(CONVERTERS), default=list(CONVERTERS),
         metavar="{" + ",".join(runtime.value for runtime in CONVERTERS) + "}",
@@ -73,7 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     defaults.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     defaults.add_argument("--checkpoints", type=Path, default=DEFAULT_CHECKPOINTS)
     defaults.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
-    defaults.add_argument("--force", action="store_true", help="export again even where a version exists")
+    defaults.add_argument(
+        "--force", action="store_true",
+        help="export again even where a version exists (never over a version another export wrote)",
+    )  # fmt: skip
+    _precision(defaults)
     return parser
 
 
@@ -89,6 +107,18 @@ def _described(args: argparse.Namespace) -> ModelDescription:
         versions_served=args.versions_served or description.versions_served,
         response_cache=args.response_cache or description.response_cache,
     )
+
+
+def _written_by_others(description: ModelDescription, repository: Path) -> str:
+    """Which of the model's version-1 folders another export wrote (its config records another checkpoint, or none),
+    and from what; empty where `exporter defaults` wrote them all or none exists. The defaults never replace a user's
+    own export: a `git pull` makes `make serve` export them again."""
+    others = []
+    for graph in description.graphs:
+        model_dir = repository / description.triton_name(graph.role)
+        if (model_dir / "1").is_dir() and (source := recorded_checkpoint(model_dir, 1)) != RANDOM_INIT_WEIGHTS:
+            others.append(f"{model_dir / '1'} (from {source or 'a checkpoint its config does not name'})")
+    return f"version 1 was exported from a user's checkpoint: {', '.join(others)}" if others else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 tolerance=args.tolerance,
                 external_data=args.external_data,
                 progress=progress,
+                precision=args.precision,
             )
             print(report.summary())
             return 0
@@ -119,10 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: created random-init checkpoint {checkpoint}")
             description = MODELS[name]
             versions = [args.repository / description.triton_name(g.role) / "1" for g in description.graphs]
-            if args.force or not all(version.is_dir() for version in versions):
+            if others := _written_by_others(description, args.repository):
+                print(f"{name}: {others}; not exported over (delete it, or export the defaults elsewhere)")
+            elif args.force or not all(version.is_dir() for version in versions):
                 report = export_model(
-                    description, checkpoint, args.repository, progress=progress, weights=RANDOM_INIT_WEIGHTS
-                )
+                    description, checkpoint, args.repository, progress=progress, weights=RANDOM_INIT_WEIGHTS,
+                    precision=args.precision,
+                )  # fmt: skip
                 print(report.summary())
             else:
                 print(f"{name}: version 1 exists; skipped (--force exports again)")

@@ -18,10 +18,11 @@ from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx
 from exporter.progress import Progress, Silent
+from exporter.quantize import QUANTIZED_ROLES, GateReport, quantize_gated
 from exporter.runtime_export import CONVERTERS, Converter, written_files
-from exporter.triton_config import config_path, render_config
+from exporter.triton_config import config_path, read_exports, render_config
 from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime_parity, require_providers
-from model_catalog import GraphSpec, ModelDescription, OnnxGraph, Target
+from model_catalog import ExportRecord, GraphSpec, ModelDescription, OnnxGraph, Precision, Target
 from runtimes.engines import RECORD, Runtime, open_engine
 
 RUNTIMES = Path(__file__).resolve().parent.parent / "runtimes"
@@ -30,6 +31,8 @@ beside each other into each version as `engines.py` and `model.py`."""
 NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
 UNTIMED = "not used: the graph runs onnxruntime untimed (model_catalog.GraphSpec.timed)"
+INT8_ON_ONNXRUNTIME = "not used: the graph is served in INT8, on onnxruntime (exporter/quantize.py)"
+"""Why a graph that passed the INT8 gate gets no other runtime's file: those would run it in FP32."""
 """Why a graph asked for rarely (layers, contacts) gets no other runtime's file: it would never be served."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
@@ -57,6 +60,10 @@ class GraphReport:
     configs: list[Path]
     runtimes: dict[Runtime, ParityReport | str]
     """Each CPU runtime written beside the ONNX file with its gate, or why it was left out."""
+    precision: Precision = Precision.FP32
+    """What the served ONNX file computes in."""
+    int8_gate: GateReport | None = None
+    """Where INT8 was asked of the graph: its accuracy gate, and so why it is served in `precision`."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +87,14 @@ class ExportReport:
             weights = ", weights in *.onnx.data" if graph.external_data else ""
             files = ", ".join(str(graph.version_dir / name) for name in graph.onnx_files)
             lines += [
-                f"  {graph.triton_name}: {files} ({graph.onnx_bytes / 2**20:.1f} MiB{weights})",
+                f"  {graph.triton_name}: {files} ({graph.onnx_bytes / 2**20:.1f} MiB, {graph.precision.value}{weights})",
                 f"    parity: max |onnxruntime - torch| = {parity.max_abs_diff:.2e} <= {parity.tolerance:.0e} "
                 f"({self.target.precision.value} on {parity.provider}), {parity.values_compared:,} values in "
                 f"{parity.batches} padded batches of mixed lengths",
                 f"    configs: {', '.join(str(path) for path in graph.configs)}",
             ]
+            if graph.int8_gate is not None:
+                lines.append(f"    {graph.int8_gate}")
             for runtime, outcome in graph.runtimes.items():
                 if isinstance(outcome, ParityReport):
                     lines.append(f"    {runtime.value}: max |{runtime.value} - torch| = {outcome.max_abs_diff:.2e}")
@@ -108,6 +117,7 @@ def export_model(
     runtimes: Collection[Runtime] = tuple(CONVERTERS),
     progress: Progress = Silent(),
     weights: str | None = None,
+    precision: Precision = Precision.FP32,
 ) -> ExportReport:
     """Export every graph of `checkpoint` as `repository/<triton name>/<version>`, with every target's config.
 
@@ -119,6 +129,8 @@ def export_model(
     runtime is timed (GraphSpec.timed): the others always run onnxruntime.
     Every config records where the weights came from (parameter `checkpoint`, which GET /models shows): `weights`,
     or else the checkpoint's file or folder name (`python -m exporter defaults` gives model_catalog.RANDOM_INIT_WEIGHTS).
+    With `precision` INT8, the encoder and language-model graphs are quantized and served in INT8 where they pass
+    the accuracy gate (exporter/quantize.py), else in FP32; each version's precision is recorded in its config.
     """
     started = time.perf_counter()
     weights = weights or checkpoint.resolve().name
@@ -135,6 +147,7 @@ def export_model(
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
         staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
         graph_runtimes: dict[GraphSpec, dict[Runtime, ParityReport | str]] = {}
+        int8_gates: dict[GraphSpec, GateReport] = {}
         for graph in (graph for graph in description.graphs if graph.role in loaded.graphs):
             name = description.triton_name(graph.role)
             version_dir = Path(staging) / name / str(version)
@@ -150,11 +163,17 @@ def export_model(
                     batches = verification_inputs(description, graph.role, loaded.graphs, GATE_SEED, part.name)
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
+                if precision is Precision.INT8 and graph.role in QUANTIZED_ROLES:
+                    with progress.stage("quantize", f"{name} {part.file} to INT8, gated against its FP32 graph"):
+                        int8_gates[graph] = _quantize(description, graph, onnx_path)
+                served_int8 = graph in int8_gates and int8_gates[graph].passed
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
                 with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
                     for runtime, convert in CONVERTERS.items():
-                        if runtime not in runtimes or not graph.timed:
-                            outcomes[runtime][part.name] = NOT_ASKED if runtime not in runtimes else UNTIMED
+                        if runtime not in runtimes or not graph.timed or served_int8:
+                            outcomes[runtime][part.name] = (
+                                NOT_ASKED if runtime not in runtimes else UNTIMED if not graph.timed else INT8_ON_ONNXRUNTIME
+                            )
                             continue
                         with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
                             outcomes[runtime][part.name] = _convert_runtime(
@@ -170,9 +189,12 @@ def export_model(
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
-                _publish(description, graph, loaded, repository, staged_version, parity, graph_runtimes[graph], weights)
+                _publish(
+                    description, graph, loaded, repository, staged_version, parity, graph_runtimes[graph], weights,
+                    int8_gates.get(graph),
+                )
                 for graph, (staged_version, parity) in staged.items()
-            ]
+            ]  # fmt: skip
             left_out = {
                 description.triton_name(graph.role): _withdraw(description, graph, repository, version)
                 for graph in description.graphs
@@ -227,12 +249,17 @@ def _publish(
     parity: ParityReport,
     runtimes: dict[Runtime, ParityReport | str],
     weights: str,
+    int8_gate: GateReport | None,
 ) -> GraphReport:
     """Move a verified version into the repository and write the model's config for every target, recording where
-    the weights came from (`weights`)."""
+    the weights came from (`weights`) and the graph's precision, beside the records of the versions it keeps."""
     model_dir = repository / description.triton_name(graph.role)
     model_dir.mkdir(exist_ok=True)
     published = model_dir / staged_version.name
+    earlier, _ = read_exports(model_dir)
+    exports = {version: record for version, record in earlier.items() if (model_dir / str(version)).is_dir()}
+    precision = Precision.INT8 if int8_gate is not None and int8_gate.passed else Precision.FP32
+    exports[int(staged_version.name)] = ExportRecord(weights, precision)
     shutil.rmtree(published, ignore_errors=True)
     staged_version.chmod(0o755)  # mkdtemp makes it private; Triton may run as another user
     staged_version.rename(published)
@@ -241,14 +268,28 @@ def _publish(
     for target in Target:
         config_file = model_dir / config_path(target)
         config_file.parent.mkdir(exist_ok=True)
-        config_file.write_text(render_config(description, graph, loaded.sizes, target, weights))
+        config_file.write_text(render_config(description, graph, loaded.sizes, target, weights, exports))
         configs.append(config_file)
     onnx_paths = [published / part.file for part in graph.onnx_graphs]
     files = onnx_paths + [external_data_path(path) for path in onnx_paths]
     onnx_bytes = sum(path.stat().st_size for path in files if path.exists())
     external = any(external_data_path(path).exists() for path in onnx_paths)
     names = [path.name for path in onnx_paths]
-    return GraphReport(description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs, runtimes)
+    return GraphReport(
+        description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs, runtimes,
+        precision, int8_gate,
+    )  # fmt: skip
+
+
+def _quantize(description: ModelDescription, graph: GraphSpec, onnx_path: Path) -> GateReport:
+    """Quantize the graph's ONNX file and gate it; where it passes, the INT8 file takes the FP32 one's place (its
+    external data removed: the INT8 file holds its weights)."""
+    int8_path = onnx_path.with_suffix(".int8.onnx")
+    gate = quantize_gated(description, graph.role, onnx_path, int8_path)
+    if gate.passed:
+        int8_path.replace(onnx_path)
+        external_data_path(onnx_path).unlink(missing_ok=True)
+    return gate
 
 
 def _worst(parities: list[ParityReport]) -> ParityReport:

@@ -10,10 +10,14 @@ its rows are batched by the service.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from model_catalog import GraphSpec, ModelDescription, Target
+from model_catalog import EXPORTS_PARAMETER, ExportRecord, GraphSpec, ModelDescription, Target, recorded_exports
 from preprocessing import tokenizer_for
 from runtimes.choice import GENERATIONS, MAX_TOKENS_PARAMETER, MODEL_PARAMETER, TIMING_PARAMETER, TOKEN_BATCHES
 from runtimes.engines import PROVIDER_OPTIONS
@@ -34,12 +38,14 @@ def build_config(
     sizes: dict[str, int],
     target: Target = Target.CPU,
     checkpoint: str | None = None,
+    exports: Mapping[int, ExportRecord] | None = None,
 ) -> model_config_pb2.ModelConfig:
     """The config of one graph for one target.
 
     `sizes` gives the checkpoint's sizes that tensor dimensions name, such as hidden_size. `checkpoint` says where
     the weights came from (model_catalog.RANDOM_INIT_WEIGHTS, or the checkpoint's file or folder name): recorded as
-    the parameter `checkpoint`, which GET /models shows; None records nothing.
+    the parameter `checkpoint`, which GET /models shows; None records nothing. `exports` records each version's
+    checkpoint and precision (model_catalog.EXPORTS_PARAMETER).
     """
     batching = description.batching
     python_backend = target is Target.CPU or graph.stateful
@@ -87,6 +93,9 @@ def build_config(
         config.parameters[size].string_value = str(sizes[size])
     if checkpoint is not None:
         config.parameters["checkpoint"].string_value = checkpoint
+    if exports:
+        recorded = {str(version): exports[version].as_json() for version in sorted(exports)}
+        config.parameters[EXPORTS_PARAMETER].string_value = json.dumps(recorded)
     if graph.stateful:
         config.parameters["idle_seconds"].string_value = str(batching.cache_idle_seconds)
     elif python_backend:
@@ -104,6 +113,7 @@ def render_config(
     sizes: dict[str, int],
     target: Target = Target.CPU,
     checkpoint: str | None = None,
+    exports: Mapping[int, ExportRecord] | None = None,
 ) -> str:
     """Config text with a header documenting each tensor; the backend and the service read dtypes from it."""
     header = [
@@ -124,5 +134,25 @@ def render_config(
             dims = ", ".join(batch_axis + [str(d) for d in _resolve(spec.dims, sizes)])
             header.append(f"#   {direction:6} {spec.name} {spec.data_type} [{dims}]: {spec.doc}")
     return "\n".join(header) + "\n\n" + text_format.MessageToString(
-        build_config(description, graph, sizes, target, checkpoint)
+        build_config(description, graph, sizes, target, checkpoint, exports)
     )
+
+
+def read_exports(model_dir: Path) -> tuple[dict[int, ExportRecord], str | None]:
+    """What the CPU config in `model_dir` records: each version's export (model_catalog.EXPORTS_PARAMETER), and the
+    parameter `checkpoint` (all that a config written before EXPORTS_PARAMETER says). Nothing for a folder with no
+    readable config."""
+    try:
+        config = text_format.Parse((model_dir / config_path(Target.CPU)).read_text(), model_config_pb2.ModelConfig())
+    except (OSError, text_format.ParseError):
+        return {}, None
+    checkpoint = config.parameters["checkpoint"].string_value if "checkpoint" in config.parameters else None
+    return recorded_exports(config.parameters), checkpoint
+
+
+def recorded_checkpoint(model_dir: Path, version: int) -> str | None:
+    """Where `version` of the graph in `model_dir` came from, as its config records it; None where it does not say."""
+    exports, checkpoint = read_exports(model_dir)
+    if exports:
+        return exports[version].checkpoint if version in exports else None
+    return checkpoint

@@ -9,11 +9,12 @@ from the engine's code.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
 
-from model_catalog import MODELS, Capability, GraphRole
+from model_catalog import EXPORTS_PARAMETER, MODELS, Capability, GraphRole
 from preprocessing import tokenizer_for
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from serving.engine import graphs
@@ -269,6 +270,32 @@ def test_a_request_names_a_version_or_gets_the_newest() -> None:
         run(engine, "embed", EmbedInput(["MKT"], "esm2nv", model_version=3))
     assert str(raised.value) == "model_version: esm2nv version 3 is not served; versions: 1, 2"
     assert http_status(raised.value) == 422
+
+
+def test_every_answer_and_the_model_list_carry_the_precision_of_the_graph_at_the_version_used() -> None:
+    """Version 2 of esm2nv's encoder and language model passed the INT8 gate, its layers graph is FP32 (never
+    quantized), and version 1 is all FP32: each answer says what computed it, and GET /models what each graph runs."""
+    runner = FakeRunner(models=["esm2nv"], versions=(1, 2))
+    for graph, newest in (("esm2nv", "INT8"), ("esm2nv_language_model", "INT8"), ("esm2nv_layers", "FP32")):
+        records = {"1": {"checkpoint": "mine", "precision": "FP32"}, "2": {"checkpoint": "mine", "precision": newest}}
+        runner.configs[graph].parameters[EXPORTS_PARAMETER].string_value = json.dumps(records)
+    routes = InProcessService(runner)
+    answers = {
+        "embed": routes.post("/embed", {"sequences": ["MKT"]}),
+        "embed at version 1": routes.post("/embed", {"sequences": ["MKT"], "model_version": 1}),
+        "embed of a layer": routes.post("/embed", {"sequences": ["MKT"], "layers": [1]}),
+        "logits": routes.post("/logits", {"sequences": ["MKT"]}),
+        "score": routes.post("/score", {"sequence": "MKT", "mutations": ["M1A"]}),
+        "contacts": routes.post("/contacts", {"sequences": ["MKT"]}),
+    }
+    assert {asked: (answer.status, answer.json()["precision"]) for asked, answer in answers.items()} == {
+        "embed": (200, "INT8"), "embed at version 1": (200, "FP32"), "embed of a layer": (200, "FP32"),
+        "logits": (200, "INT8"), "score": (200, "INT8"), "contacts": (200, "FP32"),
+    }  # fmt: skip
+    (listed,) = routes.post("/models", b"").json()["models"]
+    assert {graph["triton_model"]: graph["precision"] for graph in listed["runtimes"]} == {
+        "esm2nv": "INT8", "esm2nv_language_model": "INT8", "esm2nv_layers": "FP32", "esm2nv_contacts": "FP32",
+    }  # fmt: skip
 
 
 def test_a_model_not_served_is_a_422_naming_those_that_are() -> None:

@@ -21,7 +21,7 @@ from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
 from exporter.triton_config import build_config, config_path, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
-from model_catalog import DECODER, ENCODER, MODELS, RANDOM_INIT_WEIGHTS, GraphRole, Target
+from model_catalog import DECODER, ENCODER, MODELS, RANDOM_INIT_WEIGHTS, ExportRecord, GraphRole, Precision, Target
 from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TINY_SIZES, TinyModels, tiny
@@ -126,7 +126,9 @@ def test_export_writes_a_verified_version(tiny_models: TinyModels) -> None:
     written = {path.name for path in (exported.repository / "esm2nv" / "1").iterdir()}
     assert written == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
     # the config records the checkpoint's folder name as where the weights came from (GET /models: `weights`)
-    rendered = render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32}, checkpoint=exported.checkpoint.name)
+    # and, for version 1, its precision too (model_catalog.EXPORTS_PARAMETER)
+    record = {1: ExportRecord(exported.checkpoint.name, Precision.FP32)}
+    rendered = render_config(ESM2, ESM2.graphs[0], {"hidden_size": 32}, checkpoint=exported.checkpoint.name, exports=record)
     assert (exported.repository / "esm2nv" / "config.pbtxt").read_text() == rendered
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +18,8 @@ from exporter.__main__ import main
 from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import UNTIMED, Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
-from model_catalog import GraphRole, Target
+from exporter.triton_config import recorded_checkpoint
+from model_catalog import MODELS, GraphRole, Target
 from runtimes.engines import Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TinyModels, tiny
 
@@ -47,7 +51,7 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     summary = output.out
     assert f"esm2nv: exported from {checkpoint} in " in summary
     assert "format: ONNX opset 17, torch.onnx legacy exporter; verified for target cpu" in summary
-    assert f"{tmp_path / 'esm2nv' / '4' / 'model.onnx'} (" in summary and "MiB)" in summary
+    assert f"{tmp_path / 'esm2nv' / '4' / 'model.onnx'} (" in summary and "MiB, FP32)" in summary
     assert "<= 1e-04 (FP32 on CPUExecutionProvider)" in summary and "3 padded batches" in summary
     assert f"configs: {tmp_path / 'esm2nv' / 'config.pbtxt'}, {tmp_path / 'esm2nv' / 'configs' / 'gpu.pbtxt'}" in summary
     for runtime in CONVERTERS:
@@ -131,3 +135,26 @@ def test_runtimes_writes_only_the_ones_asked_for_beside_the_onnx_file(
     assert written == ["model.onnx", "model.openvino.bin", "model.openvino.xml", "model.py"]
     assert main([*arguments, "--version", "2", "--runtimes"]) == 0  # none: the ONNX file alone
     assert sorted(path.name for path in (tmp_path / "esm2nv" / "2").glob("model.*")) == ["model.onnx", "model.py"]
+
+
+@pytest.mark.e2e
+def test_make_models_never_exports_the_defaults_over_a_users_own_version(checkpoint: Path, tmp_path: Path) -> None:
+    """After a `git pull` the sources are newer than the repository's export: `make models` (which `make serve` and
+    `make image` run) exports the random-init defaults again, but not over a version a user's export wrote."""
+    repository = tmp_path / "repository"
+    export_model(MODELS["esm2nv"], checkpoint, repository, runtimes=[])
+    written = {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in repository.glob("*/1/model.onnx")}
+    (repository / ".exported").touch()
+    os.utime(repository / ".exported", (0, 0))  # older than every source: as after a pull
+    project = Path(__file__).resolve().parent.parent
+    made = subprocess.run(
+        ["make", "--no-print-directory", "models", f"REPOSITORY={repository}", "EXPORT_MODELS=esm2nv"],
+        cwd=project, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "esm2nv: version 1 was exported from a user's checkpoint: " in made.stdout
+    assert f"{repository / 'esm2nv' / '1'} (from {checkpoint.name})" in made.stdout
+    assert "not exported over" in made.stdout
+    assert {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in written} == written
+    assert {recorded_checkpoint(path.parent.parent, 1) for path in written} == {checkpoint.name}
+    assert (repository / ".exported").stat().st_mtime > 0  # the runtimes were timed on it and the marker renewed

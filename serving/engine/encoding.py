@@ -60,7 +60,10 @@ class Encoder:
             vectors = np.stack(await self.run_layers(model, rows, "layer_embeddings", layers, pool_at_summary=at_cls))
         vectors = l2_normalize(vectors) if asked.normalize else vectors
         tokens = sum(len(row) for row in rows)
-        return Embeddings(model.name, model.version, vectors, self.truncated(model, asked), tokens, layers)
+        role = GraphRole.ENCODER if layers is None else GraphRole.LAYERS
+        return Embeddings(
+            model.name, model.version, vectors, self.truncated(model, asked), tokens, layers, precision=model.precision(role)
+        )
 
     async def hidden(self, asked: HiddenInput) -> HiddenStates:
         """Every token's hidden states (of the layers asked, else the last) and the mask of real tokens."""
@@ -68,7 +71,11 @@ class Encoder:
         layers = await self.layers(model, asked.layers)
         encoded = await self.encode(model, asked.sequences, truncate=asked.truncate, layers=layers)
         truncated = self.truncated(model, asked)
-        return HiddenStates(model.name, model.version, encoded.hidden_states, encoded.attention_mask, truncated, layers)
+        role = GraphRole.ENCODER if layers is None else GraphRole.LAYERS
+        return HiddenStates(
+            model.name, model.version, encoded.hidden_states, encoded.attention_mask, truncated, layers,
+            precision=model.precision(role),
+        )  # fmt: skip
 
     async def layers(self, model: ServedModel, asked: Sequence[int] | None) -> list[int] | None:
         """The layers asked for as non-negative indices (None: none were); a 422 naming any out of range, or where

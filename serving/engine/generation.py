@@ -117,7 +117,7 @@ class MoleculeGenerator:
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:
         tokenizer = self._tokenizer(model)
         ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
-        return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids])
+        return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids], precision=model.precision(GraphRole.DECODER))
 
     async def generate(self, asked: GenerateInput) -> Generated:
         """`num_samples` molecules per seed, each seed's latent perturbed by Gaussian noise of `scaled_radius`, then
@@ -148,7 +148,7 @@ class MoleculeGenerator:
         for index, seed_smiles in enumerate(asked.smiles):
             samples = generated[index * asked.num_samples : (index + 1) * asked.num_samples]
             results.append(SeedSamples(seed_smiles, [_molecule(sample, seed_smiles) for sample in samples]))
-        return Generated(model.name, model.version, seed, results)
+        return Generated(model.name, model.version, seed, results, precision=model.precision(GraphRole.DECODER))
 
     def _tokenizer(self, model: ServedModel) -> SmilesTokenizer:
         tokenizer = self.encoder.tokenizers[model.name]

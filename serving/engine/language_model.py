@@ -42,7 +42,10 @@ class ProteinLanguageModel:
         residues = [
             log_probs[first : len(row) - after] for row, log_probs in zip(rows, await self.log_probs(model, rows))
         ]
-        return LogProbs(model.name, model.version, residues, self.encoder.truncated(model, asked, masks=True))
+        return LogProbs(
+            model.name, model.version, residues, self.encoder.truncated(model, asked, masks=True),
+            precision=model.precision(GraphRole.LANGUAGE_MODEL),
+        )  # fmt: skip
 
     async def contacts(self, asked: SequencesInput) -> ContactMaps:
         """Each input's contact probabilities between every pair of residues."""
@@ -52,7 +55,10 @@ class ProteinLanguageModel:
         tokenizer = self.encoder.tokenizers[model.name]
         specials = len(tokenizer.prefix_ids) + len(tokenizer.suffix_ids)
         residues = [contacts[: len(row) - specials, : len(row) - specials] for row, contacts in zip(rows, maps)]
-        return ContactMaps(model.name, model.version, residues, self.encoder.truncated(model, asked))
+        return ContactMaps(
+            model.name, model.version, residues, self.encoder.truncated(model, asked),
+            precision=model.precision(GraphRole.CONTACTS),
+        )  # fmt: skip
 
     async def score(self, asked: ScoreInput) -> Scores:
         """The variants' scores, or the whole scan's; a 422 where they need more passes than `max_passes`."""
@@ -79,7 +85,9 @@ class ProteinLanguageModel:
             for (substitution,), score in zip(variants, scores):
                 matrix[substitution.position, COLUMN[substitution.mutant]] = score
             scores = matrix
-        return Scores(model.name, model.version, asked.method, scores, passes)
+        return Scores(
+            model.name, model.version, asked.method, scores, passes, precision=model.precision(GraphRole.LANGUAGE_MODEL)
+        )
 
     async def log_probs(
         self, model: ServedModel, rows: list[np.ndarray], positions: list[list[int]] | None = None

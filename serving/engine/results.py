@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,6 +15,8 @@ class FromModel:
 
     model: str
     model_version: int
+    precision: str = field(kw_only=True)
+    """What the graph that computed it runs in at that version: FP32, or INT8 (model_catalog.Precision)."""
 
 
 @dataclass(frozen=True)

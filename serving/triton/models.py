@@ -18,7 +18,16 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
-from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, Capability, GraphRole, GraphSpec, ModelDescription
+from model_catalog import (
+    MODELS,
+    RANDOM_INIT_WEIGHTS,
+    Capability,
+    GraphRole,
+    GraphSpec,
+    ModelDescription,
+    Precision,
+    recorded_exports,
+)
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,12 @@ class TritonGraph:
         parameters = self.config.parameters
         return parameters["checkpoint"].string_value if "checkpoint" in parameters else None
 
+    def precision(self, version: int) -> str:
+        """What the graph runs in at `version`, as its export recorded it (model_catalog.EXPORTS_PARAMETER); FP32
+        for an export made before it recorded precision (none had another)."""
+        record = recorded_exports(self.config.parameters).get(version)
+        return (record.precision if record else Precision.FP32).value
+
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, and those the config
         records as parameters (model_catalog.GraphSpec.config_sizes), as exported."""
@@ -147,6 +162,10 @@ class ServedModel:
 
     def graph(self, role: GraphRole) -> TritonGraph:
         return self.graphs[role]
+
+    def precision(self, role: GraphRole) -> str:
+        """What the model's `role` graph runs in at the version requests go to."""
+        return self.graphs[role].precision(self.version)
 
     def at_version(self, version: int) -> ServedModel:
         return replace(self, version=version)

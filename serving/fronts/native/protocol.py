@@ -84,6 +84,13 @@ class EmbedRequest(VectorsRequest):
     layers: LayerIndices = None
 
 
+ServedPrecision = Annotated[
+    str,
+    Field(
+        description="What the graph that answered runs in at that version: FP32, or INT8 where the export asked for it "
+        "and the graph passed its accuracy gate (docs/performance.md)."
+    ),
+]
 TruncatedIndices = Annotated[
     list[int], Field(description="Indices of the input sequences cut to the model's length limit (only with `truncate`).")
 ]
@@ -92,6 +99,7 @@ TruncatedIndices = Annotated[
 class EmbedResponse(BaseModel):
     model: str = Field(description="The model that computed the embeddings.")
     model_version: int = Field(description="The version of the model that computed them.")
+    precision: ServedPrecision
     dim: int = Field(description="Length of each embedding vector.")
     encoding_format: EncodingFormat
     dtype: FloatType
@@ -110,6 +118,7 @@ class HiddenRequest(VectorsRequest):
 class HiddenResponse(BaseModel):
     model: str
     model_version: int
+    precision: ServedPrecision
     dim: int
     encoding_format: EncodingFormat
     dtype: FloatType
@@ -140,6 +149,7 @@ AlphabetField = Annotated[
 class LogitsResponse(BaseModel):
     model: str
     model_version: int
+    precision: ServedPrecision
     alphabet: AlphabetField = SCORED_AMINO_ACIDS
     encoding_format: EncodingFormat
     dtype: FloatType
@@ -158,6 +168,7 @@ class ContactsRequest(VectorsRequest):
 class ContactsResponse(BaseModel):
     model: str
     model_version: int
+    precision: ServedPrecision
     encoding_format: EncodingFormat
     dtype: FloatType
     contacts: list[list[list[float]]] | list[str] = Field(
@@ -205,6 +216,7 @@ class ScoreRequest(_Strict):
 class ScoreResponse(BaseModel):
     model: str
     model_version: int
+    precision: ServedPrecision
     method: ScoringMethod
     alphabet: AlphabetField = SCORED_AMINO_ACIDS
     scores: list[float] | list[list[float]] = Field(
@@ -217,6 +229,7 @@ class ScoreResponse(BaseModel):
 
 class GraphRuntime(BaseModel):
     triton_model: str
+    precision: ServedPrecision
     runtime: str = Field(description="What runs the graph: onnxruntime, onnxruntime-fused, torchscript or openvino.")
     chosen_by: str = Field(
         description="`measurement`: the fastest timed on this machine's CPU at start-up; `BIONEMO_RUNTIME`: the "
@@ -300,6 +313,7 @@ class DecodeRequest(_Strict):
 class DecodeResponse(BaseModel):
     model: str
     model_version: int
+    precision: ServedPrecision
     smiles: list[str] = Field(description="The greedy decoding of each latent, in input order.")
 
 
@@ -344,5 +358,6 @@ class GenerateResult(BaseModel):
 class GenerateResponse(BaseModel):
     model: str
     model_version: int
+    precision: ServedPrecision
     seed: int = Field(description="The random seed used; send it back to get the same answer.")
     results: list[GenerateResult] = Field(description="One result per seed molecule, in input order.")

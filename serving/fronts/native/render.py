@@ -3,6 +3,8 @@ in the encoding and precision each request asked for."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
 from serving.fronts.array_encoding import encode_arrays
 from serving.fronts.native.protocol import (
@@ -28,6 +30,7 @@ def embed_response(embedded: Embeddings, asked: VectorsRequest) -> EmbedResponse
     return EmbedResponse(
         model=embedded.model,
         model_version=embedded.model_version,
+        precision=embedded.precision,
         dim=embedded.vectors.shape[-1],
         encoding_format=asked.encoding_format,
         dtype=asked.dtype,
@@ -41,6 +44,7 @@ def hidden_response(hidden: HiddenStates, asked: VectorsRequest) -> HiddenRespon
     return HiddenResponse(
         model=hidden.model,
         model_version=hidden.model_version,
+        precision=hidden.precision,
         dim=hidden.states.shape[-1],
         encoding_format=asked.encoding_format,
         dtype=asked.dtype,
@@ -55,6 +59,7 @@ def logits_response(log_probs: LogProbs, asked: VectorsRequest) -> LogitsRespons
     return LogitsResponse(
         model=log_probs.model,
         model_version=log_probs.model_version,
+        precision=log_probs.precision,
         encoding_format=asked.encoding_format,
         dtype=asked.dtype,
         log_probs=encode_arrays(log_probs.log_probs, asked.encoding_format, asked.dtype),
@@ -66,6 +71,7 @@ def contacts_response(contacts: ContactMaps, asked: VectorsRequest) -> ContactsR
     return ContactsResponse(
         model=contacts.model,
         model_version=contacts.model_version,
+        precision=contacts.precision,
         encoding_format=asked.encoding_format,
         dtype=asked.dtype,
         contacts=encode_arrays(contacts.contacts, asked.encoding_format, asked.dtype),
@@ -77,6 +83,7 @@ def score_response(scores: Scores) -> ScoreResponse:
     return ScoreResponse(
         model=scores.model,
         model_version=scores.model_version,
+        precision=scores.precision,
         method=scores.method,
         scores=scores.scores.tolist(),
         passes=scores.passes,
@@ -84,7 +91,9 @@ def score_response(scores: Scores) -> ScoreResponse:
 
 
 def decode_response(decoded: Decoded) -> DecodeResponse:
-    return DecodeResponse(model=decoded.model, model_version=decoded.model_version, smiles=decoded.smiles)
+    return DecodeResponse(
+        model=decoded.model, model_version=decoded.model_version, precision=decoded.precision, smiles=decoded.smiles
+    )
 
 
 def generate_response(generated: Generated) -> GenerateResponse:
@@ -105,15 +114,15 @@ def models_response(served: list[ServedModel]) -> ModelsResponse:
                 hidden_size=model.sizes["hidden_size"],
                 tokenizer=model.description.tokenizer.value,
                 weights=model.weights,
-                runtimes=[_runtime(graph.runtime()) for graph in model.graphs.values()],
+                runtimes=[_runtime(graph.runtime(), graph.precision(model.version)) for graph in model.graphs.values()],
             )
             for model in served
         ]
     )
 
 
-def _runtime(record: RuntimeRecord) -> GraphRuntime:
-    return GraphRuntime.model_validate(record, from_attributes=True)
+def _runtime(record: RuntimeRecord, precision: str) -> GraphRuntime:
+    return GraphRuntime.model_validate({**asdict(record), "precision": precision})
 
 
 def repository_response(graphs: list[GraphState]) -> RepositoryResponse:

@@ -1,0 +1,227 @@
+"""INT8 graphs for onnxruntime, and the accuracy gate each must pass against its own FP32 graph to be served.
+
+Weights are quantized per output channel to int8 once, at export; activations per tensor at run time
+(onnxruntime's dynamic quantization: no calibration set, so a user's checkpoint needs nothing but itself). Only the
+matrix products with a weight operand are quantized: attention's products of two activations, the embeddings and the
+language-model head stay FP32, as esm.cpp keeps them. Where the CPU lacks VNNI, onnxruntime's u8 x s8 kernels can
+saturate their 16-bit intermediate sums: the weights then use 7 bits (`reduce_range`), as onnxruntime advises.
+Where the whole graph in INT8 fails the gate, its first layer, then its first and last, stay FP32 (FALLBACK_LAYERS):
+the first layer was the most sensitive (esm2nv 8M on an AVX2 EPYC: worst cosine 0.99878 all INT8, 0.99936 with layer
+0 in FP32, 0.99886 with the last).
+
+The gate runs the checkpoint being exported, on proteins of mixed lengths, with and without <mask>:
+- encoder: every embedding's cosine similarity to FP32's at least MIN_COSINE;
+- language model: the deep mutational scan (masked marginals) of the gate proteins, Spearman at least MIN_SPEARMAN
+  against FP32's, and their pseudo-perplexity within MAX_PPPL_CHANGE of FP32's.
+A graph that fails any figure is served in FP32 and the export report says which figure failed and by how much.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from model_catalog import SCORED_AMINO_ACIDS, GraphRole, ModelDescription
+from preprocessing import tokenizer_for
+
+QUANTIZED_ROLES = (GraphRole.ENCODER, GraphRole.LANGUAGE_MODEL)
+"""The graphs INT8 is asked of. The layers and contacts graphs (asked for rarely, untimed) stay FP32: no gate is
+defined for their outputs."""
+MIN_COSINE = 0.999
+MIN_SPEARMAN = 0.99
+MAX_PPPL_CHANGE = 0.01
+"""Relative: |PPPL(INT8) / PPPL(FP32) - 1|."""
+KEPT_FP32 = ("lm_head",)
+"""ONNX node names holding these stay FP32 (the language-model head, as in esm.cpp)."""
+GATE_LENGTHS = (7, 33, 64, 120, 251)
+MASKED_SHARE = 0.15
+"""Each gate protein is embedded as it is and with this share of its residues masked."""
+SCAN_LENGTHS = (30, 62)
+"""The gate proteins scanned: one masked copy per residue."""
+GATE_SEED = 0
+SCAN_ROWS = 32
+
+
+def has_vnni(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX)."""
+    if cpuinfo is None:
+        cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = set(cpuinfo.split())
+    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+LAYER_NODE = re.compile(r"/layer\.(\d+)/")
+"""How the exported ONNX names a transformer layer's nodes (transformers' module names)."""
+
+
+def fallback_layers(source: Path) -> list[tuple[int, ...]]:
+    """The layers kept FP32 at each try, in order: none, the first, the first and the last; never half of the layers
+    or more (a graph mostly in FP32 is not an INT8 graph)."""
+    import onnx
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    layers = sorted({int(found.group(1)) for node in graph.node if (found := LAYER_NODE.search(node.name))})
+    tries: list[tuple[int, ...]] = [()]
+    for kept in ((layers[0],), (layers[0], layers[-1])) if layers else ():
+        if 2 * len(kept) < len(layers):
+            tries.append(kept)
+    return tries
+
+
+def quantize_onnx(source: Path, destination: Path, reduce_range: bool, fp32_layers: tuple[int, ...] = ()) -> None:
+    """Write `destination`: `source` with its weight matrix products in INT8 (see the module's docstring), but those
+    of KEPT_FP32 and of the layers `fp32_layers`."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    kept_names = KEPT_FP32 + tuple(f"/layer.{layer}/" for layer in fp32_layers)
+    kept = [node.name for node in graph.node if any(part in node.name for part in kept_names)]
+    quantize_dynamic(
+        str(source),
+        str(destination),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        reduce_range=reduce_range,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=kept,
+        extra_options={"MatMulConstBOnly": True},
+    )
+
+
+@dataclass(frozen=True)
+class GateFigure:
+    name: str
+    value: float
+    limit: float
+    higher_is_better: bool
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.limit if self.higher_is_better else self.value <= self.limit
+
+    def __str__(self) -> str:
+        sign = (">=" if self.passed else "<") if self.higher_is_better else ("<=" if self.passed else ">")
+        return f"{self.name} {self.value:.5f} {sign} {self.limit}"
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """One graph's INT8 gate: its figures, and whether INT8 is served."""
+
+    figures: tuple[GateFigure, ...]
+    reduce_range: bool
+    fp32_layers: tuple[int, ...] = ()
+    """The layers kept FP32 for the gate's sake."""
+
+    @property
+    def passed(self) -> bool:
+        return all(figure.passed for figure in self.figures)
+
+    def __str__(self) -> str:
+        verdict = "INT8 served" if self.passed else "failed: FP32 served instead"
+        figures = "; ".join(map(str, self.figures))
+        kept = f"; layers {', '.join(map(str, self.fp32_layers))} kept FP32" if self.fp32_layers else ""
+        return f"INT8 gate {verdict} ({figures}; reduce_range={self.reduce_range}{kept})"
+
+
+def quantize_gated(description: ModelDescription, role: GraphRole, fp32: Path, int8: Path) -> GateReport:
+    """Write `int8` from `fp32` and gate it, keeping more layers FP32 at each try that fails (fallback_layers);
+    the last try's report where every try fails (and `int8` removed)."""
+    reduce_range = not has_vnni()
+    for fp32_layers in fallback_layers(fp32):
+        quantize_onnx(fp32, int8, reduce_range, fp32_layers)
+        report = gate(description, role, fp32, int8, reduce_range, fp32_layers)
+        if report.passed:
+            return report
+    int8.unlink()
+    return report
+
+
+def gate(
+    description: ModelDescription,
+    role: GraphRole,
+    fp32: Path,
+    int8: Path,
+    reduce_range: bool,
+    fp32_layers: tuple[int, ...] = (),
+) -> GateReport:
+    """The INT8 graph `int8` held to the FP32 graph `fp32` it was quantized from, on onnxruntime's CPU provider."""
+    sessions = _session(fp32), _session(int8)
+    if role is GraphRole.ENCODER:
+        figures: tuple[GateFigure, ...] = (_embedding_cosine(description, *sessions),)
+    else:
+        figures = _scan_figures(description, *sessions)
+    return GateReport(figures, reduce_range, fp32_layers)
+
+
+def _session(path: Path):  # noqa: ANN202 - onnxruntime is imported here, not at module level
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = len(os.sched_getaffinity(0))
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _gate_proteins(lengths: tuple[int, ...]) -> list[str]:
+    rng = np.random.default_rng(GATE_SEED)
+    return ["".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)) for length in lengths]
+
+
+def _embedding_cosine(description: ModelDescription, fp32, int8) -> GateFigure:  # noqa: ANN001
+    tokenizer = tokenizer_for(description)
+    rng = np.random.default_rng(GATE_SEED + 1)
+    rows = []
+    for protein in _gate_proteins(GATE_LENGTHS):
+        ids = tokenizer.encode(protein)
+        masked = ids.copy()
+        chosen = rng.choice(len(protein), size=max(1, int(len(protein) * MASKED_SHARE)), replace=False)
+        masked[chosen + len(tokenizer.prefix_ids)] = tokenizer.mask_id
+        rows += [ids, masked]
+    feeds = tokenizer.pad(rows).model_inputs()
+    expected, got = (session.run(["embeddings"], feeds)[0] for session in (fp32, int8))
+    cosine = (expected * got).sum(-1) / (np.linalg.norm(expected, axis=-1) * np.linalg.norm(got, axis=-1))
+    return GateFigure("embeddings cosine (worst)", float(cosine.min()), MIN_COSINE, higher_is_better=True)
+
+
+def _scan_figures(description: ModelDescription, fp32, int8) -> tuple[GateFigure, GateFigure]:  # noqa: ANN001
+    tokenizer = tokenizer_for(description)
+    scores, wild_types = {"fp32": [], "int8": []}, {"fp32": [], "int8": []}
+    for protein in _gate_proteins(SCAN_LENGTHS):
+        ids = tokenizer.encode(protein)
+        first = len(tokenizer.prefix_ids)
+        copies = np.repeat(ids[None], len(protein), axis=0)
+        positions = np.arange(len(protein)) + first
+        copies[np.arange(len(protein)), positions] = tokenizer.mask_id
+        wild = np.array([SCORED_AMINO_ACIDS.index(residue) for residue in protein])
+        for name, session in (("fp32", fp32), ("int8", int8)):
+            log_probs = np.concatenate([
+                session.run(["log_probs"], {
+                    "input_ids": copies[start : start + SCAN_ROWS],
+                    "attention_mask": np.ones_like(copies[start : start + SCAN_ROWS]),
+                    "positions": positions[start : start + SCAN_ROWS, None],
+                })[0][:, 0]
+                for start in range(0, len(protein), SCAN_ROWS)
+            ])  # fmt: skip  # [residues, 20]: each masked residue's log-probabilities
+            at_wild = log_probs[np.arange(len(protein)), wild]
+            mutants = np.ones_like(log_probs, dtype=bool)
+            mutants[np.arange(len(protein)), wild] = False
+            scores[name].append((log_probs - at_wild[:, None])[mutants])
+            wild_types[name].append(at_wild)
+    spearman = _spearman(np.concatenate(scores["fp32"]), np.concatenate(scores["int8"]))
+    pppl = {name: float(np.exp(-np.concatenate(values).mean())) for name, values in wild_types.items()}
+    change = abs(pppl["int8"] / pppl["fp32"] - 1)
+    return (
+        GateFigure("scan Spearman", spearman, MIN_SPEARMAN, higher_is_better=True),
+        GateFigure(f"pseudo-perplexity change (FP32 {pppl['fp32']:.3f})", change, MAX_PPPL_CHANGE, higher_is_better=False),
+    )
+
+
+def _spearman(first: np.ndarray, second: np.ndarray) -> float:
+    """Spearman's rank correlation (float scores: ties are not expected)."""
+    ranks = [np.argsort(np.argsort(values)).astype(np.float64) for values in (first, second)]
+    return float(np.corrcoef(*ranks)[0, 1])

@@ -1,0 +1,130 @@
+"""INT8 at export: the encoder and language-model graphs quantized, each held to the accuracy gate against its own
+FP32 graph, served in INT8 only where it passes, and the precision recorded for the service (exporter/quantize.py).
+
+The INT8 embeddings are also held to transformers' own, on the same weights: the gate compares two ONNX files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from exporter import export_model
+from exporter.quantize import MIN_COSINE, GateFigure, GateReport, has_vnni
+from exporter.triton_config import read_exports
+from model_catalog import ExportRecord, Precision, SCORED_AMINO_ACIDS
+from preprocessing import tokenizer_for
+from support.checkpoints import TinyModels, tiny
+
+QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul"}
+OUTLIER_SCALE = 300.0
+"""One hidden channel scaled up this much before every layer's matrix products: outlier features, which per-tensor
+activation quantization cannot represent (what SmoothQuant was made for)."""
+
+
+def operators(path: Path) -> set[str]:
+    return {node.op_type for node in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+def embeddings_cosine_to_transformers(checkpoint: Path, onnx_path: Path) -> float:
+    """The worst cosine between the served file's embeddings and transformers' mean of the residues' states."""
+    import onnxruntime
+    from transformers import EsmModel
+
+    tokenizer = tokenizer_for(tiny("esm2nv"))
+    rng = np.random.default_rng(5)
+    proteins = ["".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)) for length in (5, 40, 90)]
+    feeds = tokenizer.pad([tokenizer.encode(protein) for protein in proteins]).model_inputs()
+    (served,) = onnxruntime.InferenceSession(str(onnx_path)).run(["embeddings"], feeds)
+    with torch.inference_mode():
+        model = EsmModel.from_pretrained(checkpoint, add_pooling_layer=False).eval()
+        states = model(input_ids=torch.from_numpy(feeds["input_ids"]), attention_mask=torch.from_numpy(feeds["attention_mask"]))
+    weights = torch.from_numpy(feeds["pooling_mask"]).unsqueeze(-1).float()
+    expected = ((states.last_hidden_state * weights).sum(1) / weights.sum(1)).numpy()
+    cosine = (served * expected).sum(-1) / (np.linalg.norm(served, axis=-1) * np.linalg.norm(expected, axis=-1))
+    return float(cosine.min())
+
+
+@pytest.fixture(scope="module")
+def outlier_checkpoint(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny esm2nv checkpoint with one outlier channel in every layer's LayerNorms."""
+    from transformers import EsmForMaskedLM
+
+    source = tiny_models.checkpoint("esm2nv")
+    folder = tmp_path_factory.mktemp("outlier") / "esm2nv-outlier"
+    shutil.copytree(source, folder)
+    model = EsmForMaskedLM.from_pretrained(folder)
+    with torch.no_grad():
+        for layer in model.esm.encoder.layer:
+            layer.attention.LayerNorm.weight[3] = OUTLIER_SCALE
+            layer.LayerNorm.weight[3] = OUTLIER_SCALE
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.e2e
+def test_int8_serves_the_gated_graphs_in_int8_and_records_each_graphs_precision(
+    tiny_models: TinyModels, tmp_path: Path
+) -> None:
+    checkpoint = tiny_models.checkpoint("esm2nv")
+    report = export_model(tiny("esm2nv"), checkpoint, tmp_path, runtimes=[], precision=Precision.INT8)
+    precisions = {graph.triton_name: graph.precision for graph in report.graphs}
+    assert precisions == {
+        "esm2nv": Precision.INT8, "esm2nv_language_model": Precision.INT8,
+        "esm2nv_layers": Precision.FP32, "esm2nv_contacts": Precision.FP32,
+    }  # fmt: skip
+    for graph in report.graphs:
+        served = operators(graph.version_dir / "model.onnx")
+        assert bool(served & QUANTIZED_OPS) == (graph.precision is Precision.INT8), graph.triton_name
+        assert read_exports(tmp_path / graph.triton_name)[0] == {1: ExportRecord(checkpoint.name, graph.precision)}
+        assert not list(graph.version_dir.glob("*.int8.onnx"))  # the INT8 file took the FP32 one's place
+    gated = {graph.triton_name: graph.int8_gate for graph in report.graphs}
+    assert gated["esm2nv_layers"] is None and gated["esm2nv_contacts"] is None  # never asked of them
+    spearman, pppl = gated["esm2nv_language_model"].figures
+    assert spearman.name == "scan Spearman" and pppl.name.startswith("pseudo-perplexity change (FP32 ")
+    assert gated["esm2nv"].reduce_range is not has_vnni()
+    assert "INT8 gate INT8 served (embeddings cosine (worst) 0.99" in report.summary()
+    assert embeddings_cosine_to_transformers(checkpoint, tmp_path / "esm2nv" / "1" / "model.onnx") >= MIN_COSINE
+
+
+@pytest.mark.e2e
+def test_a_graph_that_fails_the_gate_is_served_in_fp32_and_the_report_says_by_how_much(
+    outlier_checkpoint: Path, tmp_path: Path
+) -> None:
+    report = export_model(tiny("esm2nv"), outlier_checkpoint, tmp_path, runtimes=[], precision=Precision.INT8)
+    encoder = report.graphs[0]
+    assert encoder.triton_name == "esm2nv" and encoder.precision is Precision.FP32
+    assert not encoder.int8_gate.passed
+    (cosine,) = encoder.int8_gate.figures
+    assert cosine.value < MIN_COSINE
+    assert f"INT8 gate failed: FP32 served instead (embeddings cosine (worst) {cosine.value:.5f} < 0.999" in report.summary()
+    assert not operators(encoder.version_dir / "model.onnx") & QUANTIZED_OPS
+    assert read_exports(tmp_path / "esm2nv")[0] == {1: ExportRecord(outlier_checkpoint.name, Precision.FP32)}
+    config = text_format.Parse((tmp_path / "esm2nv" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert "FP32" in config.parameters["exports"].string_value
+    assert encoder.parity.max_abs_diff < 1e-4  # the FP32 graph it serves still matches torch
+    assert embeddings_cosine_to_transformers(outlier_checkpoint, encoder.version_dir / "model.onnx") > 0.99999
+
+
+def test_vnni_is_read_from_the_cpu_flags() -> None:
+    assert has_vnni("flags : fpu avx2 avx512f avx512_vnni")
+    assert has_vnni("flags : fpu avx2 avx_vnni")
+    assert not has_vnni("flags : fpu avx2 fma avx512f avx512bw")
+
+
+def test_a_gate_report_names_each_figure_that_failed_and_its_limit() -> None:
+    report = GateReport(
+        (GateFigure("scan Spearman", 0.95, 0.99, higher_is_better=True), GateFigure("ppl change", 0.002, 0.01, False)),
+        reduce_range=True,
+    )
+    assert not report.passed
+    assert str(report) == (
+        "INT8 gate failed: FP32 served instead (scan Spearman 0.95000 < 0.99; ppl change 0.00200 <= 0.01; "
+        "reduce_range=True)"
+    )
