@@ -101,8 +101,21 @@ $(BENCH_READY): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $@
 
+# `make bench MODEL_SIZE=150M` (or 650M): esm2nv at that published shape, random-init, exported in FP32 and in INT8
+# (each export says how long it took and the disk it used), then run side by side in-process with transformers and
+# esm-cpp on esm.cpp's workloads (benchmarks/real_sizes.py).
+MODEL_SIZE ?=
+SIZED_REPOSITORY := model_repository-$(MODEL_SIZE)
+
 bench: install models $(BENCH_READY)
+ifeq ($(MODEL_SIZE),)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
+else
+	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
+	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
+		--precision int8
+	$(BIN)/python -m benchmarks.real_sizes --size $(MODEL_SIZE) --fp32 $(SIZED_REPOSITORY) --int8 $(SIZED_REPOSITORY)-int8
+endif
 
 # Not part of `make test`: minutes of mixed /embed, /generate and head-graph (/logits, /score, /contacts, layers)
 # load in rounds; figures into docs/reliability.md,
@@ -147,4 +160,4 @@ image: install models
 	$(BIN)/python -m container.image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) --target $(TARGET)
 
 clean:
-	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY) $(PRECISION_ASKED)
+	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY) $(PRECISION_ASKED) model_repository-*/

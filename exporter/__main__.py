@@ -92,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
         help="export again even where a version exists (never over a version another export wrote)",
     )  # fmt: skip
     _precision(defaults)
+    defaults.add_argument(
+        "--size", help="a published shape (model_catalog's published_sizes, e.g. 150M, 650M): its random-init "
+        "checkpoint is <checkpoints>/<model>-<size>",
+    )  # fmt: skip
     return parser
 
 
@@ -143,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(report.summary())
             return 0
+        if args.size and (unsized := [name for name in args.models if args.size not in MODELS[name].published_sizes]):
+            raise ExportError(f"--size {args.size}: no published size of {', '.join(unsized)} has that name")
         for name in args.models:
-            checkpoint = args.checkpoints / name
+            description = MODELS[name].at_size(args.size) if args.size else MODELS[name]
+            checkpoint = args.checkpoints / (f"{name}-{args.size}" if args.size else name)
             if not (checkpoint / "config.json").is_file():
-                create_default_checkpoint(MODELS[name], checkpoint)
+                create_default_checkpoint(description, checkpoint)
                 print(f"{name}: created random-init checkpoint {checkpoint}")
-            description = MODELS[name]
             versions = [args.repository / description.triton_name(g.role) / "1" for g in description.graphs]
             if others := _written_by_others(description, args.repository):
                 print(f"{name}: {others}; not exported over (delete it, or export the defaults elsewhere)")

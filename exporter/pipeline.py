@@ -101,6 +101,8 @@ class ExportReport:
                 else:
                     lines.append(f"    {runtime.value}: left out ({outcome})")
         lines += [f"  {name}: not exported ({why})" for name, why in self.left_out.items()]
+        written = [path for graph in self.graphs for path in graph.version_dir.rglob("*") if path.is_file()]
+        lines.append(f"  disk: {sum(path.stat().st_size for path in written) / 2**30:.2f} GiB in {len(written)} files")
         return "\n".join(lines)
 
 

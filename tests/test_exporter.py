@@ -19,7 +19,7 @@ from exporter.errors import CheckpointError
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
-from exporter.triton_config import build_config, config_path, render_config
+from exporter.triton_config import build_config, config_path, read_exports, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, ENCODER, MODELS, RANDOM_INIT_WEIGHTS, ExportRecord, GraphRole, Precision, Target
 from preprocessing.vocabularies import ESM_ALPHABET
@@ -92,7 +92,9 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     assert {"hidden_size"} <= sizes.keys()
     for graph, target in itertools.product(description.graphs, Target):
         text = (repository / description.triton_name(graph.role) / config_path(target)).read_text()
-        rendered = render_config(description, graph, sizes, target, RANDOM_INIT_WEIGHTS)
+        exports, _ = read_exports(repository / description.triton_name(graph.role))
+        assert [(version, record.checkpoint) for version, record in exports.items()] == [(1, RANDOM_INIT_WEIGHTS)]
+        rendered = render_config(description, graph, sizes, target, RANDOM_INIT_WEIGHTS, exports)
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
         # as the exporter wrote it: make models keeps its timings beside it, and each start serves its runtime choice
         # from a folder of its own (runtimes/served_repository.py)

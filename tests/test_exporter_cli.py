@@ -158,3 +158,15 @@ def test_make_models_never_exports_the_defaults_over_a_users_own_version(checkpo
     assert {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in written} == written
     assert {recorded_checkpoint(path.parent.parent, 1) for path in written} == {checkpoint.name}
     assert (repository / ".exported").stat().st_mtime > 0  # the runtimes were timed on it and the marker renewed
+
+
+def test_a_size_the_model_was_not_published_at_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["defaults", "--models", "esm2nv", "esm1nv", "--size", "150M", "--checkpoints", str(tmp_path)]
+    assert main([*arguments, "--repository", str(tmp_path / "repository")]) == 1
+    assert capsys.readouterr().err == "error: --size 150M: no published size of esm1nv has that name\n"
+    assert not list(tmp_path.iterdir())  # refused before any checkpoint was written
+    assert MODELS["esm2nv"].at_size("650M").default_checkpoint_config["num_hidden_layers"] == 33
+    with pytest.raises(KeyError, match="esm2nv has no published size '3B'; known: 8M, 150M, 650M"):
+        MODELS["esm2nv"].at_size("3B")

@@ -1,0 +1,219 @@
+"""ESM-2 at a published size (150M, 650M), in-process and side by side on esm.cpp's own two workloads, on the same
+weights (issue 38, item 4).
+
+    python -m benchmarks.real_sizes --size 150M --fp32 model_repository-150M --int8 model_repository-150M-int8
+
+`make bench MODEL_SIZE=150M` exports both repositories first (`exporter defaults --size`). Contenders, each on every
+core of this machine, each given the same batches (the workload sorted by length, BATCH sequences a call, padded to
+the longest of the call; esm-cpp takes its rows unpadded):
+- this project's encoder graph, FP32, on each runtime the export wrote (onnxruntime, onnxruntime-fused, OpenVINO):
+  the fastest is what the start-up timings would pick;
+- its INT8 graph (exporter/quantize.py) on onnxruntime, where the export's gate let it be INT8;
+- transformers' EsmModel, eager torch with sdpa;
+- esm-cpp 0.2.1 FP32 and INT8 (W8A8, SmoothQuant) on the same weights (benchmarks/esm_cpp.py).
+Every contender is checked before it is timed: FP32 embeddings within 1e-3 of transformers', INT8 embeddings at
+cosine 0.99 or more; esm-cpp's logits against transformers' (FP32 within 1e-3, INT8 top-1 agreement). Each repeat runs
+the contenders in turn; the best time counts. On a CPU without AVX-512, esm-cpp 0.2.1 runs scalar kernels on one
+thread: the report says so, and its comparison then does not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.flops import EncoderShape, matmul_gflops
+from benchmarks.workload import protein
+from model_catalog import MODELS
+from preprocessing import tokenizer_for
+from runtimes.choice import cpu_model
+from runtimes.engines import Runtime, open_engine
+
+_LENGTHS = random.Random(38)
+WORKLOADS = {
+    "256 x mean 126": [max(20, min(1022, int(_LENGTHS.lognormvariate(4.75, 0.45)))) for _ in range(256)],
+    "8 x 256": [256] * 8,
+}
+"""esm.cpp's benchmarks: 256 proteins of variable length (mean about 126 residues), and 8 of 256 residues."""
+BATCH = 16
+SEED = 38
+FP32_RUNTIMES = (Runtime.ONNXRUNTIME, Runtime.ONNXRUNTIME_FUSED, Runtime.OPENVINO)
+TARGETS = {"INT8 / esm-cpp INT8": 1.0, "FP32 / transformers": 1.5}
+
+Embed = Callable[[list[np.ndarray]], np.ndarray]
+"""Token id rows (specials included) of one call to [rows, ...] outputs."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    run: Embed
+    check: str
+    """How its outputs were held to transformers', or why it is not timed (starting with "not timed")."""
+
+
+def has_avx512() -> bool:
+    return "avx512f" in Path("/proc/cpuinfo").read_text().split()
+
+
+def batches(lengths: list[int], tokenizer) -> list[list[np.ndarray]]:  # noqa: ANN001
+    rng = random.Random(SEED)
+    rows = sorted((tokenizer.encode(protein(rng, length)) for length in lengths), key=len)
+    return [rows[start : start + BATCH] for start in range(0, len(rows), BATCH)]
+
+
+def graph_contender(name: str, runtime: Runtime, path: Path, tokenizer) -> Embed:  # noqa: ANN001
+    engine = open_engine(runtime, path)
+    threads = len(os.sched_getaffinity(0))
+
+    def embed(rows: list[np.ndarray]) -> np.ndarray:
+        return engine.run(["embeddings"], tokenizer.pad(rows).model_inputs(), threads)[0]
+
+    return embed
+
+
+def transformers_contender(checkpoint: Path, tokenizer) -> tuple[Embed, Callable]:  # noqa: ANN001
+    from transformers import EsmForMaskedLM
+
+    masked_lm = EsmForMaskedLM.from_pretrained(checkpoint, attn_implementation="sdpa").eval()
+
+    @torch.inference_mode()
+    def outputs(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        feeds = tokenizer.pad(rows).model_inputs()
+        mask = torch.from_numpy(feeds["attention_mask"])
+        hidden = masked_lm.esm(input_ids=torch.from_numpy(feeds["input_ids"]), attention_mask=mask).last_hidden_state
+        weights = torch.from_numpy(feeds["pooling_mask"]).unsqueeze(-1).float()
+        return ((hidden * weights).sum(1) / weights.sum(1)).numpy(), masked_lm.lm_head(hidden).numpy()
+
+    return (lambda rows: outputs(rows)[0]), outputs
+
+
+def esm_cpp_contender(weights: Path, int8: bool) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    import esm_cpp
+
+    model = esm_cpp.Model.load_from_safetensors(str(weights))
+    if int8:
+        model.quantize_weights()
+    return lambda rows: model.forward_batch([row.astype(np.int32) for row in rows])
+
+
+def cosine(first: np.ndarray, second: np.ndarray) -> float:
+    return float(((first * second).sum(-1) / (np.linalg.norm(first, axis=-1) * np.linalg.norm(second, axis=-1))).min())
+
+
+def contenders(size: str, checkpoint: Path, fp32: Path, int8: Path | None, tokenizer, probe) -> list[Contender]:  # noqa: ANN001
+    """Every contender, checked on `probe` (one call's rows) against transformers."""
+    from transformers import EsmForMaskedLM
+
+    from benchmarks.esm_cpp import convert
+
+    embed, outputs = transformers_contender(checkpoint, tokenizer)
+    expected, logits = outputs(probe)
+    found = [Contender("transformers (eager, sdpa)", embed, "the reference")]
+    for runtime in FP32_RUNTIMES:
+        path = fp32 / "esm2nv" / "1" / runtime.file("model")
+        if not path.is_file():
+            continue
+        run = graph_contender(runtime.value, runtime, path, tokenizer)
+        diff = float(np.abs(run(probe) - expected).max())
+        check = f"max |diff| {diff:.1e}" if diff <= 1e-3 else f"not timed: max |diff| {diff:.1e} > 1e-3"
+        found.append(Contender(f"this FP32 ({runtime.value})", run, check))
+    if int8 is not None:
+        path = int8 / "esm2nv" / "1" / "model.onnx"
+        run = graph_contender("int8", Runtime.ONNXRUNTIME, path, tokenizer)
+        worst = cosine(run(probe), expected)
+        check = f"cosine {worst:.5f}" if worst >= 0.99 else f"not timed: cosine {worst:.5f} < 0.99"
+        found.append(Contender("this INT8 (onnxruntime)", run, check))
+    weights = Path(tempfile.mkdtemp(prefix=f"esm-cpp-{size}-"))
+    convert(EsmForMaskedLM.from_pretrained(checkpoint).eval(), weights)
+    for quantized in (False, True):
+        run = esm_cpp_contender(weights / "model.safetensors", quantized)
+        got = run(probe)
+        if quantized:
+            agree = np.mean([(g.argmax(-1) == e[: len(g)].argmax(-1)).mean() for g, e in zip(got, logits)])
+            check = f"top-1 agreement {agree:.3f}"
+        else:
+            diff = max(float(np.abs(g - e[: len(g)]).max()) for g, e in zip(got, logits))
+            check = f"max |logit diff| {diff:.1e}" if diff <= 1e-3 else f"not timed: max |logit diff| {diff:.1e} > 1e-3"
+        found.append(Contender(f"esm-cpp {'INT8' if quantized else 'FP32'}", run, check))
+    return found
+
+
+def timed(contender: Contender, calls: list[list[np.ndarray]]) -> float:
+    started = time.perf_counter()
+    for rows in calls:
+        contender.run(rows)
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", required=True, choices=sorted(MODELS["esm2nv"].published_sizes))
+    parser.add_argument("--checkpoints", type=Path, default=Path("checkpoints"))
+    parser.add_argument("--fp32", type=Path, required=True, help="the FP32 export's repository")
+    parser.add_argument("--int8", type=Path, help="the INT8 export's repository")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    description = MODELS["esm2nv"]
+    tokenizer = tokenizer_for(description)
+    checkpoint = args.checkpoints / f"esm2nv-{args.size}"
+    calls = {name: batches(lengths, tokenizer) for name, lengths in WORKLOADS.items()}
+    probe = calls["256 x mean 126"][-1]
+    found = contenders(args.size, checkpoint, args.fp32, args.int8, tokenizer, probe)
+    best = {(contender.name, workload): float("inf") for contender in found for workload in calls}
+    for repeat in range(args.repeats):
+        order = found if repeat % 2 == 0 else found[::-1]
+        for contender in order:
+            if contender.check.startswith("not timed"):
+                continue
+            for workload, batched in calls.items():
+                contender.run(batched[0])  # warm: the first call of a shape prepares kernels
+                best[contender.name, workload] = min(best[contender.name, workload], timed(contender, batched))
+
+    shape = EncoderShape.from_checkpoint(checkpoint)
+    peak = matmul_gflops()
+    print(f"# esm2nv {args.size} in-process, {cpu_model()}, {len(os.sched_getaffinity(0))} cores, "
+          f"AVX-512: {'yes' if has_avx512() else 'no'}; torch float32 matmul peak {peak:.0f} GFLOP/s")  # fmt: skip
+    if not has_avx512():
+        print("# no AVX-512: esm-cpp 0.2.1 runs scalar kernels on one thread here; its comparison does not count")
+    header = "| contender | check | " + " | ".join(f"{name} (s)" for name in calls) + " | GFLOP/s (8 x 256) |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    flops = {
+        name: shape.flops(sum(len(row) for rows in batched for row in rows), sum(len(row) ** 2 for rows in batched for row in rows))
+        for name, batched in calls.items()
+    }  # fmt: skip
+    for contender in found:
+        seconds = [best[contender.name, workload] for workload in calls]
+        cells = " | ".join(f"{value:.2f}" if value < float("inf") else "-" for value in seconds)
+        rate = flops["8 x 256"] / best[contender.name, "8 x 256"] / 1e9
+        print(f"| {contender.name} | {contender.check} | {cells} | {rate:.0f} |")
+    fp32 = [contender.name for contender in found if contender.name.startswith("this FP32")]
+    pick = min(fp32, key=lambda name: best[name, "8 x 256"]) if fp32 else None
+    for workload in calls:
+        ratios = []
+        if pick:
+            ratios.append(f"FP32 / transformers {best['transformers (eager, sdpa)', workload] / best[pick, workload]:.2f}x (target 1.5x)")
+            ratios.append(f"FP32 share of matmul peak {flops[workload] / best[pick, workload] / 1e9 / peak:.0%} (target 85 %)")
+        if ("this INT8 (onnxruntime)", workload) in best and best["this INT8 (onnxruntime)", workload] < float("inf"):
+            ratio = best["esm-cpp INT8", workload] / best["this INT8 (onnxruntime)", workload]
+            counted = "" if has_avx512() else ", does not count: no AVX-512"
+            ratios.append(f"INT8 / esm-cpp INT8 {ratio:.2f}x (target 1.0x{counted})")
+            ratios.append(f"INT8 / FP32 {best[pick, workload] / best['this INT8 (onnxruntime)', workload]:.2f}x")
+        print(f"- {workload}: " + "; ".join(ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
