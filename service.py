@@ -42,7 +42,8 @@ svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed
 svc.add_asgi_middleware(ServesSchemaJSON, service=svc)  # GET /schema.json, for bentoml.SyncHTTPClient/AsyncHTTPClient
 admission = Admission(settings.max_in_flight, settings.request_timeout_s)
 registry = ModelRegistry(triton)
-engine = Engine(triton, registry, RequestLimits(settings.max_sequences_per_request, settings.max_score_passes))
+limits = RequestLimits(settings.max_sequences_per_request, settings.max_score_passes, settings.request_timeout_s)
+engine = Engine(triton, registry, limits)
 
 endpoint = Endpoints(svc, admission)
 native_api.mount(endpoint, engine, registry, settings.max_request_bytes)

@@ -385,7 +385,8 @@ class Choice:
         config.parameters["runtime"].string_value = self.runtime.value
         config.parameters["runtime_timings"].string_value = json.dumps(
             {"chosen_by": self.chosen_by, "cpu": self.timings.cpu, "threads": self.timings.threads,
-             "total_ms": self.timings.totals(), "grown_mib": self.timings.grown_mib}
+             "total_ms": self.timings.totals(), "grown_mib": self.timings.grown_mib,
+             "milliseconds": self.timings.milliseconds.get(self.runtime.value, {})}
         )  # fmt: skip
         return "\n".join(header) + "\n\n" + text_format.MessageToString(config)
 

@@ -110,6 +110,9 @@ def test_the_scan_matrix_equals_transformers_element_by_element(service: Running
         expected = log_probs - log_probs[AMINO_ACIDS.index(wild_type)]
         np.testing.assert_allclose(matrix[position], expected, rtol=0, atol=TOLERANCE)
         assert matrix[position, AMINO_ACIDS.index(wild_type)] == 0
+    part = service.answer("/score", {"sequence": sequence, "scan": True, "scan_positions": [5, 12]})
+    assert (part["scan_positions"], part["passes"], part["precision"]) == ([5, 12], 8, "FP32")
+    np.testing.assert_allclose(part["scores"], matrix[4:12], rtol=0, atol=TOLERANCE)  # the same rows, alone
     unmasked = service.answer("/score", {"sequence": sequence, "scan": True, "method": "wildtype-marginal"})
     log_probs = reference.log_probs(sequence)
     own = log_probs[np.arange(len(sequence)), [AMINO_ACIDS.index(residue) for residue in sequence]]

@@ -5,6 +5,7 @@ send), in the passes it says, within BIONEMO_MAX_SCORE_PASSES; a scan is the [re
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
@@ -31,8 +32,9 @@ def score(
     method: ScoringMethod = ScoringMethod.MASKED_MARGINAL,
     sequence: str = WILD_TYPE,
     engine: Engine | None = None,
+    scan_positions: tuple[int, int] | None = None,
 ) -> Scores:
-    asked = ScoreInput(sequence, MODEL, None, mutations, mutations is None, method)
+    asked = ScoreInput(sequence, MODEL, None, mutations, mutations is None, method, scan_positions)
     return asyncio.run((engine or engine_over(FakeRunner())).score(asked))
 
 
@@ -248,3 +250,57 @@ def test_a_model_without_its_language_model_head_cannot_score_and_says_why() -> 
         f"model: {MODEL} cannot score: its checkpoint has no head for it (the model repository has no {LANGUAGE_MODEL})"
         "; models that can: esm1nv"
     )
+
+
+def timed_at_start_up(runner: FakeRunner, milliseconds: dict[str, float]) -> FakeRunner:
+    """`runner` with its language model's config recording start-up timings of `milliseconds` per batch shape."""
+    timings = {"chosen_by": "measurement", "cpu": "a CPU", "threads": 1, "milliseconds": milliseconds}
+    parameters = runner.configs[LANGUAGE_MODEL].parameters
+    parameters["runtime"].string_value = "onnxruntime"
+    parameters["runtime_timings"].string_value = json.dumps(timings)
+    return runner
+
+
+def test_a_scan_the_timings_say_outlasts_the_request_is_refused_at_once_with_ranges_that_fit() -> None:
+    """8 rows of 64 tokens took 2 s at start-up: a row of 24 tokens (22 residues) 94 ms, 22 of them on 2 instances
+    about 1.03 s, past a request's 0.5 s. The ranges suggested take 80 % of it at most, and are answered."""
+    runner = timed_at_start_up(FakeRunner(), {"1x64": 300.0, "8x64": 2000.0})
+    engine = engine_over(runner, request_seconds=0.5)
+    with pytest.raises(InvalidRequest) as raised:
+        score(None, engine=engine)
+    (problem,) = raised.value.problems
+    assert (problem.field, problem.message) == ("scan", (
+        "22 model passes of 24 tokens take about 1 s here (esm2nv's language model as timed at start-up: 94 ms a "
+        "pass, 2 instances); a request has 0.5 s (BIONEMO_REQUEST_TIMEOUT_S): scan part of the protein at a time "
+        "with scan_positions, e.g. [1, 8], then [9, 16], or raise BIONEMO_REQUEST_TIMEOUT_S"
+    ))  # fmt: skip
+    assert rows_sent(runner) == 0
+    whole = score(None)  # no time limit
+    for first, last in ((1, 8), (9, 16), (17, 22)):
+        part = score(None, engine=engine, scan_positions=(first, last))
+        assert (part.scan_positions, part.passes) == ((first, last), last - first + 1)
+        np.testing.assert_array_equal(part.scores, whole.scores[first - 1 : last])
+    with pytest.raises(InvalidRequest, match="^mutations: 3 model passes .* a request has 0.01 s .*: send fewer variants"):
+        score(["K2R", "T3W", "A4G"], engine=engine_over(runner, request_seconds=0.01))
+
+
+def test_an_untimed_language_model_is_never_refused_for_time() -> None:
+    """A remote repository or a GPU target has no start-up timings: the request runs, within the timeout."""
+    assert score(None, engine=engine_over(FakeRunner(), request_seconds=0.001)).passes == len(WILD_TYPE)
+
+
+@pytest.mark.parametrize(
+    ("mutations", "scan_positions", "message"),
+    [
+        (None, (0, 5), "[0, 5] is not within the sequence's 22 residues: 1 <= first <= last <= 22"),
+        (None, (6, 5), "[6, 5] is not within the sequence's 22 residues: 1 <= first <= last <= 22"),
+        (None, (1, 23), "[1, 23] is not within the sequence's 22 residues: 1 <= first <= last <= 22"),
+        (["K2R"], (1, 5), "applies to a scan only: send it with `scan: true`"),
+    ],
+)
+def test_scan_positions_outside_the_sequence_or_without_a_scan_are_named(
+    mutations: list[str] | None, scan_positions: tuple[int, int], message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        score(mutations, scan_positions=scan_positions)
+    assert [(problem.field, problem.message) for problem in raised.value.problems] == [("scan_positions", message)]

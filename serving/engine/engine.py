@@ -33,7 +33,7 @@ class Engine:
         tokenizers = {name: tokenizer_for(description) for name, description in MODELS.items()}
         graphs = GraphCalls(runner, registry, tokenizers)
         self.encoder = Encoder(registry, graphs, tokenizers)
-        self.language_model = ProteinLanguageModel(registry, graphs, self.encoder, limits.max_score_passes)
+        self.language_model = ProteinLanguageModel(registry, graphs, self.encoder, limits)
         self.generator = MoleculeGenerator(registry, graphs, self.encoder)
 
     async def embed(self, asked: EmbedInput) -> Embeddings:

@@ -80,6 +80,8 @@ class ScoreInput:
     mutations: Sequence[str] | None
     scan: bool
     method: ScoringMethod
+    scan_positions: tuple[int, int] | None = None
+    """A scan's first and last residue, 1-based (inclusive); None: every residue."""
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ from collections.abc import Iterable
 import numpy as np
 
 from model_catalog import SCORED_AMINO_ACIDS, Capability, GraphRole
+from serving.engine.cost import estimate
 from serving.engine.encoding import Encoder
 from serving.engine.graphs import GraphCalls
 from serving.engine.inputs import ScoreInput, ScoringMethod, SequencesInput
+from serving.engine.limits import RequestLimits
 from serving.engine.mutations import Variant, all_substitutions, apply, parse_variants
 from serving.engine.results import ContactMaps, LogProbs, Scores
 from serving.errors import FieldProblem, InvalidRequest
@@ -29,9 +31,9 @@ COLUMN = {amino_acid: column for column, amino_acid in enumerate(SCORED_AMINO_AC
 class ProteinLanguageModel:
     """Log-probabilities, variant scores and contacts; one instance per API worker."""
 
-    def __init__(self, registry: ModelRegistry, graphs: GraphCalls, encoder: Encoder, max_passes: int) -> None:
-        """`max_passes`: most model passes one score request may take (BIONEMO_MAX_SCORE_PASSES)."""
-        self.registry, self.graphs, self.encoder, self.max_passes = registry, graphs, encoder, max_passes
+    def __init__(self, registry: ModelRegistry, graphs: GraphCalls, encoder: Encoder, limits: RequestLimits) -> None:
+        """`limits`: the most passes one score request may take, and the time a request has."""
+        self.registry, self.graphs, self.encoder, self.limits = registry, graphs, encoder, limits
 
     async def logits(self, asked: SequencesInput) -> LogProbs:
         """Each input's log-probabilities of the 20 amino acids at every residue; `<mask>` may stand for any."""
@@ -70,23 +72,45 @@ class ProteinLanguageModel:
         sequence = asked.sequence.upper()
         if asked.scan:
             _require_standard(sequence)
-        variants = all_substitutions(sequence) if asked.scan else parse_variants(asked.mutations or [], sequence)
+        positions = _scan_range(asked, len(sequence))
+        variants = all_substitutions(sequence, positions) if asked.scan else parse_variants(asked.mutations or [], sequence)
         scorer = _SCORERS[asked.method](self, model, sequence, wild_type)
         passes = scorer.passes(variants)
-        if passes > self.max_passes:
+        field = "scan" if asked.scan else "mutations"
+        if passes > self.limits.max_score_passes:
             raise InvalidRequest.at(
-                "scan" if asked.scan else "mutations",
-                f"{asked.method.value} needs {passes:,} model passes here; the limit is {self.max_passes:,} per request "
-                "(BIONEMO_MAX_SCORE_PASSES): send fewer variants or a cheaper method",
+                field,
+                f"{asked.method.value} needs {passes:,} model passes here; the limit is {self.limits.max_score_passes:,} "
+                "per request (BIONEMO_MAX_SCORE_PASSES): send fewer variants or a cheaper method",
             )
+        self._refuse_past_the_timeout(model, field, passes, len(wild_type), asked.scan and len(positions))
         scores = await scorer.scores(variants)
         if asked.scan:
-            matrix = np.zeros((len(sequence), len(SCORED_AMINO_ACIDS)))
+            matrix = np.zeros((len(positions), len(SCORED_AMINO_ACIDS)))
             for (substitution,), score in zip(variants, scores):
-                matrix[substitution.position, COLUMN[substitution.mutant]] = score
+                matrix[substitution.position - positions.start, COLUMN[substitution.mutant]] = score
             scores = matrix
         return Scores(
-            model.name, model.version, asked.method, scores, passes, precision=model.precision(GraphRole.LANGUAGE_MODEL)
+            model.name, model.version, asked.method, scores, passes,
+            (positions.start + 1, positions.stop) if asked.scan else None,
+            precision=model.precision(GraphRole.LANGUAGE_MODEL),
+        )  # fmt: skip
+
+    def _refuse_past_the_timeout(self, model: ServedModel, field: str, passes: int, tokens: int, scanned: int) -> None:
+        """A 422 at once where the language model's start-up timings say the passes outlast the request's time,
+        saying how to split the work (a scan: `scan_positions` ranges that each fit)."""
+        cost = estimate(model.graph(GraphRole.LANGUAGE_MODEL), passes, tokens)
+        if cost is None or self.limits.request_seconds is None or cost.seconds <= self.limits.request_seconds:
+            return
+        how = "send fewer variants"
+        if scanned:
+            fits = max(1, int(scanned * self.limits.request_seconds / cost.seconds * FIT_MARGIN))
+            how = f"scan part of the protein at a time with scan_positions, e.g. [1, {fits}], then [{fits + 1}, {2 * fits}]"
+        raise InvalidRequest.at(
+            field,
+            f"{passes:,} model passes of {tokens} tokens take about {cost.seconds:,.0f} s here ({model.name}'s language "
+            f"model as timed at start-up: {cost.per_row_ms:,.0f} ms a pass, {cost.instances} instances); a request has "
+            f"{self.limits.request_seconds:g} s (BIONEMO_REQUEST_TIMEOUT_S): {how}, or raise BIONEMO_REQUEST_TIMEOUT_S",
         )
 
     async def log_probs(
@@ -123,6 +147,25 @@ def _require_standard(sequence: str) -> None:
     ]  # fmt: skip
     if problems:
         raise InvalidRequest(problems[:1])
+
+
+FIT_MARGIN = 0.8
+"""The share of the request's time the scan ranges a refusal suggests are sized to take, by the timings."""
+
+
+def _scan_range(asked: ScoreInput, length: int) -> range:
+    """The 0-based residues a scan covers: `scan_positions` (1-based, inclusive), else all; a 422 naming the field
+    where the range is not within the sequence."""
+    if asked.scan_positions is None:
+        return range(length)
+    if not asked.scan:
+        raise InvalidRequest.at("scan_positions", "applies to a scan only: send it with `scan: true`")
+    first, last = asked.scan_positions
+    if not 1 <= first <= last <= length:
+        raise InvalidRequest.at(
+            "scan_positions", f"[{first}, {last}] is not within the sequence's {length} residues: 1 <= first <= last <= {length}"
+        )
+    return range(first - 1, last)
 
 
 class _Scorer:

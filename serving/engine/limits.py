@@ -15,6 +15,9 @@ class RequestLimits:
     """Most sequences, SMILES or latents in one request (BIONEMO_MAX_SEQUENCES_PER_REQUEST)."""
     max_score_passes: int
     """Most model passes one score request may take (BIONEMO_MAX_SCORE_PASSES)."""
+    request_seconds: float | None = None
+    """How long a request may take (BIONEMO_REQUEST_TIMEOUT_S): a score request whose passes the start-up timings
+    say take longer is refused at once (serving/engine/cost.py)."""
 
     def check_count(self, field: str, items: Sized) -> None:
         """A 422 naming `field` unless it holds 1 to `max_sequences` items."""

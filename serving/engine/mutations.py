@@ -61,13 +61,15 @@ def _variant(mutation: str, sequence: str) -> Variant:
     return tuple(substitutions[position] for position in sorted(substitutions))
 
 
-def all_substitutions(sequence: str) -> list[Variant]:
-    """Every single substitution of `sequence` by another of the 20 amino acids, position by position."""
+def all_substitutions(sequence: str, positions: range | None = None) -> list[Variant]:
+    """Every single substitution of `sequence` by another of the 20 amino acids, position by position: at every
+    residue, or at the 0-based `positions`."""
+    residues = sequence.upper()
     return [
-        (Substitution(position, wild_type, mutant),)
-        for position, wild_type in enumerate(sequence.upper())
+        (Substitution(position, residues[position], mutant),)
+        for position in positions or range(len(residues))
         for mutant in SCORED_AMINO_ACIDS
-        if mutant != wild_type
+        if mutant != residues[position]
     ]
 
 

@@ -61,9 +61,12 @@ class ContactMaps(FromModel):
 class Scores(FromModel):
     method: ScoringMethod
     scores: np.ndarray
-    """[variants] in the order asked; for a scan [residues, 20], the wild type's own column 0."""
+    """[variants] in the order asked; for a scan [residues, 20] (those of `scan_positions`), the wild type's own
+    column 0."""
     passes: int
     """Model passes the scores took."""
+    scan_positions: tuple[int, int] | None = None
+    """A scan's first and last residue, 1-based: the matrix's rows."""
 
 
 @dataclass(frozen=True)

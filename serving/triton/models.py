@@ -45,6 +45,9 @@ class RuntimeRecord:
     """Each runtime's milliseconds over the timed batch shapes."""
     grown_mib: dict[str, float] = field(default_factory=dict)
     """How many MiB each runtime's memory grew over its timed runs."""
+    milliseconds: dict[str, float] = field(default_factory=dict)
+    """The chosen runtime's time on each timed batch shape, `<rows>x<tokens>`: what a request's cost is estimated
+    from (serving/engine/cost.py)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class TritonGraph:
             timings.get("threads"),
             timings.get("total_ms", {}),
             timings.get("grown_mib", {}),
+            timings.get("milliseconds", {}),
         )
 
     def checkpoint(self) -> str | None:

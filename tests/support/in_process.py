@@ -106,9 +106,10 @@ def engine_over(
     runner: FakeRunner,
     max_sequences: int = int(MAX_SEQUENCES.default),
     max_score_passes: int = int(MAX_SCORE_PASSES.default),
+    request_seconds: float | None = None,
 ) -> Engine:
     """An Engine (and its registry) over `runner`, as service.py builds it."""
-    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences, max_score_passes))
+    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences, max_score_passes, request_seconds))
 
 
 class InProcessService:

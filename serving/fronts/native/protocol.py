@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from model_catalog import DEFAULT_MODEL, MODELS, SCORED_AMINO_ACIDS
 from serving.engine.inputs import DEFAULT_MAX_DECODE_LENGTH, MEGAMOLBART, DecodingMethod, Pooling, ScoringMethod
@@ -198,6 +198,12 @@ class ScoreRequest(_Strict):
         default=False,
         description="Score every single substitution instead: a [residues][20] matrix (deep mutational scan).",
     )
+    scan_positions: tuple[StrictInt, StrictInt] | None = Field(
+        default=None,
+        description="With `scan`: the first and last residue to scan, 1-based and inclusive (the matrix has their "
+        "rows alone); a long scan is sent as ranges, each within the request timeout. Default: every residue.",
+        examples=[[1, 50]],
+    )
     method: ScoringMethod = Field(
         default=ScoringMethod.MASKED_MARGINAL,
         description="`masked-marginal` (Meier et al. 2021): the mutated positions masked in one pass, the sum over them "
@@ -218,6 +224,9 @@ class ScoreResponse(BaseModel):
     model_version: int
     precision: ServedPrecision
     method: ScoringMethod
+    scan_positions: tuple[int, int] | None = Field(
+        default=None, description="A scan's first and last residue, 1-based: the rows of `scores`."
+    )
     alphabet: AlphabetField = SCORED_AMINO_ACIDS
     scores: list[float] | list[list[float]] = Field(
         description="With `mutations`: one score per variant, in order. With `scan`: [residues][20], the score of "

@@ -85,6 +85,7 @@ def score_response(scores: Scores) -> ScoreResponse:
         model_version=scores.model_version,
         precision=scores.precision,
         method=scores.method,
+        scan_positions=scores.scan_positions,
         scores=scores.scores.tolist(),
         passes=scores.passes,
     )
