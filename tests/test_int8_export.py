@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
-from exporter.quantize import MIN_COSINE, GateFigure, GateReport, has_vnni
+from exporter.quantize import MIN_COSINE, GateFigure, GateReport, Recipe, has_vnni, recipes
 from exporter.triton_config import read_exports
 from model_catalog import ExportRecord, Precision, SCORED_AMINO_ACIDS
 from preprocessing import tokenizer_for
@@ -88,8 +88,11 @@ def test_int8_serves_the_gated_graphs_in_int8_and_records_each_graphs_precision(
     assert gated["esm2nv_layers"] is None and gated["esm2nv_contacts"] is None  # never asked of them
     spearman, pppl = gated["esm2nv_language_model"].figures
     assert spearman.name == "scan Spearman" and pppl.name.startswith("pseudo-perplexity change (FP32 ")
-    assert gated["esm2nv"].reduce_range is not has_vnni()
+    assert gated["esm2nv"].recipe == Recipe(reduce_range=not has_vnni())  # the first try passed
     assert "INT8 gate INT8 served (embeddings cosine (worst) 0.99" in report.summary()
+    assert recipes(tmp_path / "esm2nv_layers" / "1" / "model.onnx", vnni=True) == [Recipe()]  # 2 layers: none kept
+    without_vnni = recipes(tmp_path / "esm2nv_layers" / "1" / "model.onnx", vnni=False)
+    assert without_vnni == [Recipe(reduce_range=True), Recipe(unsigned_weights=True)]
     assert embeddings_cosine_to_transformers(checkpoint, tmp_path / "esm2nv" / "1" / "model.onnx") >= MIN_COSINE
 
 
@@ -121,10 +124,10 @@ def test_vnni_is_read_from_the_cpu_flags() -> None:
 def test_a_gate_report_names_each_figure_that_failed_and_its_limit() -> None:
     report = GateReport(
         (GateFigure("scan Spearman", 0.95, 0.99, higher_is_better=True), GateFigure("ppl change", 0.002, 0.01, False)),
-        reduce_range=True,
+        Recipe(reduce_range=True, fp32_layers=(0,)),
     )
     assert not report.passed
     assert str(report) == (
         "INT8 gate failed: FP32 served instead (scan Spearman 0.95000 < 0.99; ppl change 0.00200 <= 0.01; "
-        "reduce_range=True)"
+        "int8 weights in 7 bits, layers 0 kept FP32)"
     )

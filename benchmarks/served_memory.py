@@ -1,0 +1,147 @@
+"""esm2nv served from a repository (a published size's, say): start-up time, memory per process, /embed at 16 users
+and a 300-residue scan, through the real service (issue 38, items 2, 4 and 5).
+
+    python -m benchmarks.served_memory --repository model_repository-150M [--seconds 30]
+
+Starts `serving.startup.launch service:svc` serving esm2nv alone on a free loopback port; times start-up to ready;
+warms every capability (embed, logits, score, contacts, layers); then reads, after IDLE_S idle, each process's RSS
+and PSS (/proc/PID/smaps_rollup: shared pages split among their users, so the PSS of all processes adds up to what
+they hold together) for tritonserver, each python-backend stub (named by its model) and the API side; compares the
+sum of tritonserver's and its stubs' PSS with the size of the FP32 weights. Then /embed at 16 users for --seconds
+(tokens/s), and a 300-residue scan by masked marginal: answered, or refused at once (the 422's message). Stops what
+it started by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import requests
+
+from benchmarks.processes import Server, start, stop
+from benchmarks.workload import protein
+from runtimes.choice import cpu_model
+
+IDLE_S = 10
+USERS = 16
+SCAN_RESIDUES = 300
+STUB_MODEL = re.compile(r"/([^/ ]+)/\d+/model\.py")
+
+
+def pss_kib(pid: int) -> tuple[int, int]:
+    """RSS and PSS of `pid` in KiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Rss", "Pss"):
+            values[key] = int(rest.split()[0])
+    return values["Rss"], values["Pss"]
+
+
+def processes(root: psutil.Process) -> dict[str, list[tuple[int, int]]]:
+    """RSS and PSS (KiB) of every process under `root`, grouped: tritonserver, each stub by model, the API side."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            command = " ".join(process.cmdline())
+            memory = pss_kib(process.pid)
+        except (psutil.Error, OSError):
+            continue
+        if "tritonserver" in process.name():
+            group = "tritonserver"
+        elif (stub := STUB_MODEL.search(command)) and "stub" in command:
+            group = f"stub {stub.group(1)}"
+        else:
+            group = "API side (bentoml, workers)"
+        found.setdefault(group, []).append(memory)
+    return found
+
+
+def weights_bytes(repository: Path) -> int:
+    """The FP32 weights of esm2nv: its encoder graph's ONNX file and external data (the graph holds each once)."""
+    version = repository / "esm2nv" / "1"
+    return sum(path.stat().st_size for path in version.glob("model.onnx*"))
+
+
+def warm(url: str) -> None:
+    proteins = ["MKTAYIAKQRQISFVKSHFSRQ" * 4, "MSLKRKNIALIPAAGIGVRFG"]
+    for path, body in (
+        ("/embed", {"sequences": proteins}),
+        ("/embed", {"sequences": proteins, "layers": [1]}),
+        ("/logits", {"sequences": proteins}),
+        ("/score", {"sequence": proteins[0], "mutations": ["K2R"]}),
+        ("/contacts", {"sequences": proteins}),
+    ):
+        response = requests.post(f"{url}{path}", json=body, timeout=600)
+        response.raise_for_status()
+
+
+def embed_load(url: str, seconds: float) -> float:
+    """Tokens per second over /embed from USERS users, each sending one or 8 proteins at a time."""
+    deadline = time.monotonic() + seconds
+
+    def user(index: int) -> int:
+        rng, tokens = random.Random(index), 0
+        while time.monotonic() < deadline:
+            sequences = [protein(rng) for _ in range(rng.choice((1, 8)))]
+            requests.post(f"{url}/embed", json={"sequences": sequences}, timeout=600).raise_for_status()
+            tokens += sum(len(sequence) + 2 for sequence in sequences)
+        return tokens
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(USERS) as pool:
+        total = sum(pool.map(user, range(USERS)))
+    return total / (time.monotonic() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", type=Path, required=True)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    repository = args.repository.resolve()
+    server = Server(
+        "service",
+        lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
+        "/readyz",
+        lambda port: {"BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_MODELS": "esm2nv", "BIONEMO_PORT": str(port)},
+    )
+    started = time.monotonic()
+    running = start(server, timeout=1800)
+    ready_s = time.monotonic() - started
+    try:
+        print(f"# esm2nv from {args.repository}, {cpu_model()}; start-up to ready {ready_s:.0f} s", flush=True)
+        warm(running.url)
+        time.sleep(IDLE_S)
+        groups = processes(psutil.Process(running.process.pid))
+        print("| process | count | RSS MiB | PSS MiB |\n|---|---:|---:|---:|")
+        for group, memories in sorted(groups.items()):
+            rss, pss = (sum(values) / 1024 for values in zip(*memories))
+            print(f"| {group} | {len(memories)} | {rss:,.0f} | {pss:,.0f} |")
+        served = sum(pss for group, memories in groups.items() if not group.startswith("API") for _, pss in memories)
+        weights = weights_bytes(repository) / 2**20
+        print(f"- tritonserver and its stubs: PSS {served / 1024:,.0f} MiB = {served / 1024 / weights:.2f}x the FP32 "
+              f"weights ({weights:,.0f} MiB; target 1.5x)")  # fmt: skip
+        print(f"- /embed at {USERS} users: {embed_load(running.url, args.seconds):,.0f} tokens/s", flush=True)
+        scan = "".join(random.Random(SCAN_RESIDUES).choices("ACDEFGHIKLMNPQRSTVWY", k=SCAN_RESIDUES))
+        began = time.monotonic()
+        response = requests.post(f"{running.url}/score", json={"sequence": scan, "scan": True}, timeout=3600)
+        took = time.monotonic() - began
+        if response.status_code == 200:
+            print(f"- a {SCAN_RESIDUES}-residue scan: answered in {took:.1f} s")
+        else:
+            print(f"- a {SCAN_RESIDUES}-residue scan: {response.status_code} in {took:.2f} s: {response.text}")
+    finally:
+        stop(running)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
