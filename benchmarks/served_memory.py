@@ -8,8 +8,8 @@ warms every capability (embed, logits, score, contacts, layers); then reads, aft
 and PSS (/proc/PID/smaps_rollup: shared pages split among their users, so the PSS of all processes adds up to what
 they hold together) for tritonserver, each python-backend stub (named by its model) and the API side; compares the
 sum of tritonserver's and its stubs' PSS with the size of the FP32 weights. Then /embed at 16 users for --seconds
-(tokens/s), and a 300-residue scan by masked marginal: answered, or refused at once (the 422's message). Stops what
-it started by its PID.
+(tokens/s), and a 300-residue scan by masked marginal: answered, or refused at once (the 422's message), and then
+the first range the refusal suggests, timed. Stops what it started by its PID.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ IDLE_S = 10
 USERS = 16
 SCAN_RESIDUES = 300
 STUB_MODEL = re.compile(r"/([^/ ]+)/\d+/model\.py")
+SUGGESTED_RANGE = re.compile(r"e\.g\. \[(\d+), (\d+)\]")
 
 
 def pss_kib(pid: int) -> tuple[int, int]:
@@ -137,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         if response.status_code == 200:
             print(f"- a {SCAN_RESIDUES}-residue scan: answered in {took:.1f} s")
         else:
-            print(f"- a {SCAN_RESIDUES}-residue scan: {response.status_code} in {took:.2f} s: {response.text}")
+            message = response.json()["error"]["details"][0]["message"]
+            print(f"- a {SCAN_RESIDUES}-residue scan: {response.status_code} in {took:.2f} s: {message}")
+            if suggested := SUGGESTED_RANGE.search(message):
+                first, last = int(suggested.group(1)), int(suggested.group(2))
+                body = {"sequence": scan, "scan": True, "scan_positions": [first, last]}
+                began = time.monotonic()
+                requests.post(f"{running.url}/score", json=body, timeout=3600).raise_for_status()
+                print(f"- its first suggested range, [{first}, {last}]: answered in {time.monotonic() - began:.1f} s")
     finally:
         stop(running)
     return 0

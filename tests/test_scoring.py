@@ -262,21 +262,21 @@ def timed_at_start_up(runner: FakeRunner, milliseconds: dict[str, float]) -> Fak
 
 
 def test_a_scan_the_timings_say_outlasts_the_request_is_refused_at_once_with_ranges_that_fit() -> None:
-    """8 rows of 64 tokens took 2 s at start-up: a row of 24 tokens (22 residues) 94 ms, 22 of them on 2 instances
-    about 1.03 s, past a request's 0.5 s. The ranges suggested take 80 % of it at most, and are answered."""
+    """8 rows of 64 tokens took 2 s at start-up: a row of 24 tokens (22 residues) 94 ms, 22 of them about 2.06 s,
+    past a request's 0.5 s. The ranges suggested take 80 % of it at most, and are answered."""
     runner = timed_at_start_up(FakeRunner(), {"1x64": 300.0, "8x64": 2000.0})
     engine = engine_over(runner, request_seconds=0.5)
     with pytest.raises(InvalidRequest) as raised:
         score(None, engine=engine)
     (problem,) = raised.value.problems
     assert (problem.field, problem.message) == ("scan", (
-        "22 model passes of 24 tokens take about 1 s here (esm2nv's language model as timed at start-up: 94 ms a "
-        "pass, 2 instances); a request has 0.5 s (BIONEMO_REQUEST_TIMEOUT_S): scan part of the protein at a time "
-        "with scan_positions, e.g. [1, 8], then [9, 16], or raise BIONEMO_REQUEST_TIMEOUT_S"
+        "22 model passes of 24 tokens take about 2 s here (esm2nv's language model as timed at start-up: 94 ms a "
+        "pass); a request has 0.5 s (BIONEMO_REQUEST_TIMEOUT_S): scan part of the protein at a time with "
+        "scan_positions, e.g. [1, 4], then [5, 8], or raise BIONEMO_REQUEST_TIMEOUT_S"
     ))  # fmt: skip
     assert rows_sent(runner) == 0
     whole = score(None)  # no time limit
-    for first, last in ((1, 8), (9, 16), (17, 22)):
+    for first, last in ((1, 4), (5, 8), (9, 12), (13, 16), (17, 20), (21, 22)):
         part = score(None, engine=engine, scan_positions=(first, last))
         assert (part.scan_positions, part.passes) == ((first, last), last - first + 1)
         np.testing.assert_array_equal(part.scores, whole.scores[first - 1 : last])

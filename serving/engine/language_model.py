@@ -109,7 +109,7 @@ class ProteinLanguageModel:
         raise InvalidRequest.at(
             field,
             f"{passes:,} model passes of {tokens} tokens take about {cost.seconds:,.0f} s here ({model.name}'s language "
-            f"model as timed at start-up: {cost.per_row_ms:,.0f} ms a pass, {cost.instances} instances); a request has "
+            f"model as timed at start-up: {cost.per_row_ms:,.0f} ms a pass); a request has "
             f"{self.limits.request_seconds:g} s (BIONEMO_REQUEST_TIMEOUT_S): {how}, or raise BIONEMO_REQUEST_TIMEOUT_S",
         )
 
