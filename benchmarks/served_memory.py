@@ -66,9 +66,12 @@ def processes(root: psutil.Process) -> dict[str, list[tuple[int, int]]]:
 
 
 def weights_bytes(repository: Path) -> int:
-    """The FP32 weights of esm2nv: its encoder graph's ONNX file and external data (the graph holds each once)."""
-    version = repository / "esm2nv" / "1"
-    return sum(path.stat().st_size for path in version.glob("model.onnx*"))
+    """The FP32 weights of esm2nv: the largest of its graphs' ONNX files with their external data (each graph holds
+    the whole encoder; the layers graph is never quantized)."""
+    return max(
+        sum(path.stat().st_size for path in version.glob("model.onnx*"))
+        for version in repository.glob("esm2nv*/1")
+    )
 
 
 def warm(url: str) -> None:
