@@ -31,9 +31,9 @@ beside each other into each version as `engines.py` and `model.py`."""
 NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
 UNTIMED = "not used: the graph runs onnxruntime untimed (model_catalog.GraphSpec.timed)"
+"""Why a graph asked for rarely (layers, contacts) gets no other runtime's file: it would never be served."""
 INT8_ON_ONNXRUNTIME = "not used: the graph is served in INT8, on onnxruntime (exporter/quantize.py)"
 """Why a graph that passed the INT8 gate gets no other runtime's file: those would run it in FP32."""
-"""Why a graph asked for rarely (layers, contacts) gets no other runtime's file: it would never be served."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
 

@@ -1,6 +1,6 @@
 """INT8 graphs for onnxruntime, and the accuracy gate each must pass against its own FP32 graph to be served.
 
-Weights are quantized per output channel to int8 once, at export; activations per tensor at run time
+Weights are quantized per output channel to 8 bits once, at export; activations per tensor at run time
 (onnxruntime's dynamic quantization: no calibration set, so a user's checkpoint needs nothing but itself). Only the
 matrix products with a weight operand are quantized: attention's products of two activations, the embeddings and the
 language-model head stay FP32, as esm.cpp keeps them. Where the CPU lacks VNNI, onnxruntime's u8 x s8 kernels can
