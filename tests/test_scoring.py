@@ -280,6 +280,8 @@ def test_a_scan_the_timings_say_outlasts_the_request_is_refused_at_once_with_ran
         part = score(None, engine=engine, scan_positions=(first, last))
         assert (part.scan_positions, part.passes) == ((first, last), last - first + 1)
         np.testing.assert_array_equal(part.scores, whole.scores[first - 1 : last])
+    with pytest.raises(InvalidRequest, match=r"e\.g\. \[9, 12\], then \[13, 16\], or raise"):  # from its first residue
+        score(None, engine=engine, scan_positions=(9, 22))
     with pytest.raises(InvalidRequest, match="^mutations: 3 model passes .* a request has 0.01 s .*: send fewer variants"):
         score(["K2R", "T3W", "A4G"], engine=engine_over(runner, request_seconds=0.01))
 

@@ -63,7 +63,8 @@ class ProteinLanguageModel:
         )  # fmt: skip
 
     async def score(self, asked: ScoreInput) -> Scores:
-        """The variants' scores, or the whole scan's; a 422 where they need more passes than `max_passes`."""
+        """The variants' scores, or the scan's; a 422 where they need more passes than the limit, or more time than a
+        request has by the start-up timings."""
         model = await self.registry.model(asked.model, Capability.SCORE, asked.model_version)
         try:
             (wild_type,) = self.encoder.tokenize(model, [asked.sequence], field="sequence")
@@ -83,7 +84,7 @@ class ProteinLanguageModel:
                 f"{asked.method.value} needs {passes:,} model passes here; the limit is {self.limits.max_score_passes:,} "
                 "per request (BIONEMO_MAX_SCORE_PASSES): send fewer variants or a cheaper method",
             )
-        self._refuse_past_the_timeout(model, field, passes, len(wild_type), asked.scan and len(positions))
+        self._refuse_past_the_timeout(model, field, passes, len(wild_type), positions if asked.scan else None)
         scores = await scorer.scores(variants)
         if asked.scan:
             matrix = np.zeros((len(positions), len(SCORED_AMINO_ACIDS)))
@@ -96,16 +97,20 @@ class ProteinLanguageModel:
             precision=model.precision(GraphRole.LANGUAGE_MODEL),
         )  # fmt: skip
 
-    def _refuse_past_the_timeout(self, model: ServedModel, field: str, passes: int, tokens: int, scanned: int) -> None:
+    def _refuse_past_the_timeout(
+        self, model: ServedModel, field: str, passes: int, tokens: int, scanned: range | None
+    ) -> None:
         """A 422 at once where the language model's start-up timings say the passes outlast the request's time,
-        saying how to split the work (a scan: `scan_positions` ranges that each fit)."""
+        saying how to split the work (a scan of the residues `scanned`: `scan_positions` ranges that each fit)."""
         cost = estimate(model.graph(GraphRole.LANGUAGE_MODEL), passes, tokens)
         if cost is None or self.limits.request_seconds is None or cost.seconds <= self.limits.request_seconds:
             return
         how = "send fewer variants"
-        if scanned:
-            fits = max(1, int(scanned * self.limits.request_seconds / cost.seconds * FIT_MARGIN))
-            how = f"scan part of the protein at a time with scan_positions, e.g. [1, {fits}], then [{fits + 1}, {2 * fits}]"
+        if scanned is not None:
+            fits = max(1, int(len(scanned) * self.limits.request_seconds / cost.seconds * FIT_MARGIN))
+            first = scanned.start + 1
+            ranges = f"[{first}, {first + fits - 1}], then [{first + fits}, {first + 2 * fits - 1}]"
+            how = f"scan part of the protein at a time with scan_positions, e.g. {ranges}"
         raise InvalidRequest.at(
             field,
             f"{passes:,} model passes of {tokens} tokens take about {cost.seconds:,.0f} s here ({model.name}'s language "
