@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from exporter.exportable import ESM_COMMON, ESM_POSITIONS, EncoderGraph, LanguageModelGraph
-from model_catalog import MODELS
+from model_catalog import MODELS, SCORED_AMINO_ACIDS
+from preprocessing import tokenizer_for
 from preprocessing.vocabularies import ESM_ALPHABET
 
-AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 PARITY_LENGTHS = (300, 37, 180, 254, 12, 300, 99, 141)
 """Mixed lengths, padded to the longest, as the service batches them."""
 MASKED_SHARE = 0.1
@@ -41,29 +42,20 @@ PRECISIONS: dict[str, tuple[torch.dtype, bool]] = {
 
 
 def batch(lengths: tuple[int, ...], seed: int, masked_share: float = 0.0) -> dict[str, torch.Tensor]:
-    """Token ids (<cls> residues <eos>, padded), the attention mask and the pooling mask (residues alone)."""
-    generator = torch.Generator().manual_seed(seed)
-    width = max(lengths) + 2
-    ids = torch.full((len(lengths), width), ESM_ALPHABET.index("<pad>"))
-    attention = torch.zeros((len(lengths), width), dtype=torch.int64)
-    pooling = torch.zeros((len(lengths), width), dtype=torch.int64)
-    residues = torch.tensor([ESM_ALPHABET.index(letter) for letter in AMINO_ACIDS])
-    for row, length in enumerate(lengths):
-        drawn = residues[torch.randint(len(residues), (length,), generator=generator)]
-        masked = torch.rand(length, generator=generator) < masked_share
-        drawn[masked] = ESM_ALPHABET.index("<mask>")
-        ids[row, : length + 2] = torch.cat(
-            [torch.tensor([ESM_ALPHABET.index("<cls>")]), drawn, torch.tensor([ESM_ALPHABET.index("<eos>")])]
-        )
-        attention[row, : length + 2] = 1
-        pooling[row, 1 : length + 1] = 1
-    return {"input_ids": ids, "attention_mask": attention, "pooling_mask": pooling}
+    """The service's tokenization of random proteins of `lengths`, `masked_share` of their residues `<mask>`:
+    token ids, the attention mask and the pooling mask (residues alone), padded to the longest."""
+    tokenizer = tokenizer_for(MODELS["esm2nv"])
+    rng = np.random.default_rng(seed)
+    rows = []
+    for length in lengths:
+        ids = tokenizer.encode("".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)))
+        ids[np.flatnonzero(rng.random(length) < masked_share) + len(tokenizer.prefix_ids)] = tokenizer.mask_id
+        rows.append(ids)
+    return {name: torch.from_numpy(array) for name, array in tokenizer.pad(rows).model_inputs().items()}
 
 
 def reference(masked_lm: Any, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """transformers' own answer on the CPU in FP32: final hidden states, their residue means, and log-probs."""
-    from model_catalog import SCORED_AMINO_ACIDS
-
     with torch.inference_mode():
         out = masked_lm(
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], output_hidden_states=True

@@ -38,6 +38,7 @@ from transformers import AutoTokenizer, EsmForMaskedLM, PreTrainedTokenizerBase
 from benchmarks.esm_cpp import EsmCppLogits, convert
 from benchmarks.torch_esm import CHECKPOINT
 from benchmarks.workload import MODEL, protein
+from exporter.quantize import spearman
 from runtimes.choice import cpu_model
 
 ALPHABET = "ACDEFGHIKLMNPQRSTVWY"
@@ -252,8 +253,7 @@ def logits_parity(reference: Logits, contender: Logits, tokenizer: PreTrainedTok
 def rank_correlation(scores: np.ndarray, reference: np.ndarray, sequence: str) -> float:
     """Spearman's correlation of the 19N non-trivial scores: how well a contender orders the variants."""
     mutants = np.array(list(ALPHABET)) != np.array(list(sequence))[:, None]
-    ranks = [np.argsort(np.argsort(matrix[mutants])) for matrix in (scores, reference)]
-    return float(np.corrcoef(*ranks)[0, 1])
+    return spearman(scores[mutants], reference[mutants])
 
 
 def scan_length(scanners: dict[str, Scanner], residues: int, repeats: int) -> LengthScan:

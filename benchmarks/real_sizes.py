@@ -37,7 +37,7 @@ import torch
 
 from benchmarks.flops import EncoderShape, matmul_gflops
 from benchmarks.workload import protein
-from exporter.quantize import Recipe, has_vnni, quantize_onnx
+from exporter.quantize import Recipe, has_vnni, quantize_onnx, worst_cosine
 from exporter.triton_config import read_exports
 from model_catalog import MODELS, Precision
 from preprocessing import tokenizer_for
@@ -114,10 +114,6 @@ def esm_cpp_contender(weights: Path, int8: bool) -> Callable[[list[np.ndarray]],
     return lambda rows: model.forward_batch([row.astype(np.int32) for row in rows])
 
 
-def cosine(first: np.ndarray, second: np.ndarray) -> float:
-    return float(((first * second).sum(-1) / (np.linalg.norm(first, axis=-1) * np.linalg.norm(second, axis=-1))).min())
-
-
 def contenders(size: str, checkpoint: Path, fp32: Path, int8: Path | None, tokenizer, probe) -> list[Contender]:  # noqa: ANN001
     """Every contender, checked on `probe` (one call's rows) against transformers."""
     from transformers import EsmForMaskedLM
@@ -141,7 +137,7 @@ def contenders(size: str, checkpoint: Path, fp32: Path, int8: Path | None, token
             path, name = Path(tempfile.mkdtemp(prefix="int8-")) / "model.onnx", f"{INT8}, not served: gate failed"
             quantize_onnx(fp32 / "esm2nv" / "1" / "model.onnx", path, Recipe(reduce_range=not has_vnni()))
         run = graph_contender("int8", Runtime.ONNXRUNTIME, path, tokenizer)
-        worst = cosine(run(probe), expected)
+        worst = worst_cosine(run(probe), expected)
         check = f"cosine {worst:.5f}" if worst >= 0.99 else f"not timed: cosine {worst:.5f} < 0.99"
         found.append(Contender(name, run, check))
     weights = Path(tempfile.mkdtemp(prefix=f"esm-cpp-{size}-"))

@@ -148,24 +148,32 @@ class GateReport:
 
 def quantize_gated(description: ModelDescription, role: GraphRole, fp32: Path, int8: Path) -> GateReport:
     """Write `int8` from `fp32` and gate it, try after try (recipes) until one passes; the last try's report where
-    none does (and `int8` removed)."""
+    none does (and `int8` removed). The FP32 graph's answers are computed once, for every try."""
+    expected = _answers(description, role, _session(fp32))
     for recipe in recipes(fp32, has_vnni()):
         quantize_onnx(fp32, int8, recipe)
-        report = gate(description, role, fp32, int8, recipe)
+        report = GateReport(_figures(role, expected, _answers(description, role, _session(int8))), recipe)
         if report.passed:
             return report
     int8.unlink()
     return report
 
 
-def gate(description: ModelDescription, role: GraphRole, fp32: Path, int8: Path, recipe: Recipe) -> GateReport:
-    """The INT8 graph `int8` held to the FP32 graph `fp32` it was quantized from, on onnxruntime's CPU provider."""
-    sessions = _session(fp32), _session(int8)
-    if role is GraphRole.ENCODER:
-        figures: tuple[GateFigure, ...] = (_embedding_cosine(description, *sessions),)
-    else:
-        figures = _scan_figures(description, *sessions)
-    return GateReport(figures, recipe)
+def worst_cosine(first: np.ndarray, second: np.ndarray) -> float:
+    """The smallest cosine similarity between the rows of `first` and `second`."""
+    cosine = (first * second).sum(-1) / (np.linalg.norm(first, axis=-1) * np.linalg.norm(second, axis=-1))
+    return float(cosine.min())
+
+
+def spearman(first: np.ndarray, second: np.ndarray) -> float:
+    """Spearman's rank correlation (float scores: ties are not expected)."""
+    ranks = [np.argsort(np.argsort(values)).astype(np.float64) for values in (first, second)]
+    return float(np.corrcoef(*ranks)[0, 1])
+
+
+Answers = tuple[np.ndarray, ...]
+"""A graph's answers to the gate: the encoder's embeddings; the language model's mutant scores and wild-type
+log-probabilities over the scanned proteins."""
 
 
 def _session(path: Path):  # noqa: ANN202 - onnxruntime is imported here, not at module level
@@ -181,7 +189,27 @@ def _gate_proteins(lengths: tuple[int, ...]) -> list[str]:
     return ["".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)) for length in lengths]
 
 
-def _embedding_cosine(description: ModelDescription, fp32, int8) -> GateFigure:  # noqa: ANN001
+def _answers(description: ModelDescription, role: GraphRole, session) -> Answers:  # noqa: ANN001
+    return _embeddings(description, session) if role is GraphRole.ENCODER else _scan(description, session)
+
+
+def _figures(role: GraphRole, expected: Answers, got: Answers) -> tuple[GateFigure, ...]:
+    if role is GraphRole.ENCODER:
+        cosine = worst_cosine(expected[0], got[0])
+        return (GateFigure("embeddings cosine (worst)", cosine, MIN_COSINE, higher_is_better=True),)
+    (expected_scores, expected_wild), (got_scores, got_wild) = expected, got
+    pppl_fp32, pppl_int8 = (float(np.exp(-wild.mean())) for wild in (expected_wild, got_wild))
+    return (
+        GateFigure("scan Spearman", spearman(expected_scores, got_scores), MIN_SPEARMAN, higher_is_better=True),
+        GateFigure(
+            f"pseudo-perplexity change (FP32 {pppl_fp32:.3f})", abs(pppl_int8 / pppl_fp32 - 1), MAX_PPPL_CHANGE,
+            higher_is_better=False,
+        ),
+    )  # fmt: skip
+
+
+def _embeddings(description: ModelDescription, session) -> Answers:  # noqa: ANN001
+    """The gate proteins' embeddings, each as it is and with MASKED_SHARE of its residues masked."""
     tokenizer = tokenizer_for(description)
     rng = np.random.default_rng(GATE_SEED + 1)
     rows = []
@@ -191,46 +219,32 @@ def _embedding_cosine(description: ModelDescription, fp32, int8) -> GateFigure: 
         chosen = rng.choice(len(protein), size=max(1, int(len(protein) * MASKED_SHARE)), replace=False)
         masked[chosen + len(tokenizer.prefix_ids)] = tokenizer.mask_id
         rows += [ids, masked]
-    feeds = tokenizer.pad(rows).model_inputs()
-    expected, got = (session.run(["embeddings"], feeds)[0] for session in (fp32, int8))
-    cosine = (expected * got).sum(-1) / (np.linalg.norm(expected, axis=-1) * np.linalg.norm(got, axis=-1))
-    return GateFigure("embeddings cosine (worst)", float(cosine.min()), MIN_COSINE, higher_is_better=True)
+    return (session.run(["embeddings"], tokenizer.pad(rows).model_inputs())[0],)
 
 
-def _scan_figures(description: ModelDescription, fp32, int8) -> tuple[GateFigure, GateFigure]:  # noqa: ANN001
+def _scan(description: ModelDescription, session) -> Answers:  # noqa: ANN001
+    """The scanned proteins' masked-marginal scores of every substitution, and each residue's log-probability
+    with it masked (whose mean gives the pseudo-perplexity)."""
     tokenizer = tokenizer_for(description)
-    scores, wild_types = {"fp32": [], "int8": []}, {"fp32": [], "int8": []}
+    scores, wild_types = [], []
     for protein in _gate_proteins(SCAN_LENGTHS):
         ids = tokenizer.encode(protein)
-        first = len(tokenizer.prefix_ids)
+        residues = np.arange(len(protein))
         copies = np.repeat(ids[None], len(protein), axis=0)
-        positions = np.arange(len(protein)) + first
-        copies[np.arange(len(protein)), positions] = tokenizer.mask_id
-        wild = np.array([SCORED_AMINO_ACIDS.index(residue) for residue in protein])
-        for name, session in (("fp32", fp32), ("int8", int8)):
-            log_probs = np.concatenate([
-                session.run(["log_probs"], {
-                    "input_ids": copies[start : start + SCAN_ROWS],
-                    "attention_mask": np.ones_like(copies[start : start + SCAN_ROWS]),
-                    "positions": positions[start : start + SCAN_ROWS, None],
-                })[0][:, 0]
-                for start in range(0, len(protein), SCAN_ROWS)
-            ])  # fmt: skip  # [residues, 20]: each masked residue's log-probabilities
-            at_wild = log_probs[np.arange(len(protein)), wild]
-            mutants = np.ones_like(log_probs, dtype=bool)
-            mutants[np.arange(len(protein)), wild] = False
-            scores[name].append((log_probs - at_wild[:, None])[mutants])
-            wild_types[name].append(at_wild)
-    spearman = _spearman(np.concatenate(scores["fp32"]), np.concatenate(scores["int8"]))
-    pppl = {name: float(np.exp(-np.concatenate(values).mean())) for name, values in wild_types.items()}
-    change = abs(pppl["int8"] / pppl["fp32"] - 1)
-    return (
-        GateFigure("scan Spearman", spearman, MIN_SPEARMAN, higher_is_better=True),
-        GateFigure(f"pseudo-perplexity change (FP32 {pppl['fp32']:.3f})", change, MAX_PPPL_CHANGE, higher_is_better=False),
-    )
-
-
-def _spearman(first: np.ndarray, second: np.ndarray) -> float:
-    """Spearman's rank correlation (float scores: ties are not expected)."""
-    ranks = [np.argsort(np.argsort(values)).astype(np.float64) for values in (first, second)]
-    return float(np.corrcoef(*ranks)[0, 1])
+        positions = residues + len(tokenizer.prefix_ids)
+        copies[residues, positions] = tokenizer.mask_id
+        log_probs = np.concatenate([
+            session.run(["log_probs"], {
+                "input_ids": copies[start : start + SCAN_ROWS],
+                "attention_mask": np.ones_like(copies[start : start + SCAN_ROWS]),
+                "positions": positions[start : start + SCAN_ROWS, None],
+            })[0][:, 0]
+            for start in range(0, len(protein), SCAN_ROWS)
+        ])  # fmt: skip  # [residues, 20]: each masked residue's log-probabilities
+        wild = [SCORED_AMINO_ACIDS.index(residue) for residue in protein]
+        at_wild = log_probs[residues, wild]
+        mutants = np.ones_like(log_probs, dtype=bool)
+        mutants[residues, wild] = False
+        scores.append((log_probs - at_wild[:, None])[mutants])
+        wild_types.append(at_wild)
+    return np.concatenate(scores), np.concatenate(wild_types)

@@ -25,7 +25,7 @@ def estimate(graph: TritonGraph, rows: int, tokens: int) -> Estimate | None:
     not counted on to share the rows (esm2nv 150M on the 2-core AMD EPYC: a range of 119 passes, sized for its 2
     instances, ran past 120 s; one of 59, sized for one, was answered in 42 s). Conservative, then: a refusal's ranges
     finish. None where the graph was not timed (a remote repository, a GPU target)."""
-    timed = [(int(shape.split("x")[0]), int(shape.split("x")[1]), ms) for shape, ms in graph.runtime().milliseconds.items()]
+    timed = [(int(shape.split("x")[0]), int(shape.split("x")[1]), ms) for shape, ms in graph.runtime.milliseconds.items()]
     if not timed:
         return None
     wide_enough = [shape for shape in timed if shape[1] >= tokens] or [max(timed, key=lambda shape: shape[1])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import cached_property
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,6 +23,7 @@ from model_catalog import (
     MODELS,
     RANDOM_INIT_WEIGHTS,
     Capability,
+    ExportRecord,
     GraphRole,
     GraphSpec,
     ModelDescription,
@@ -89,8 +91,10 @@ class TritonGraph:
             infer_inputs.append(infer_input)
         return infer_inputs
 
+    @cached_property
     def runtime(self) -> RuntimeRecord:
-        """The runtime the config records (runtimes.choice) and its timings; onnxruntime where none is."""
+        """The runtime the config records (runtimes.choice) and its timings; onnxruntime where none is. Read once:
+        every score request's time estimate reads it (serving/engine/cost.py)."""
         parameters = self.config.parameters
         if "runtime" not in parameters:
             return RuntimeRecord(self.name, "onnxruntime", "default")
@@ -115,8 +119,13 @@ class TritonGraph:
     def precision(self, version: int) -> str:
         """What the graph runs in at `version`, as its export recorded it (model_catalog.EXPORTS_PARAMETER); FP32
         for an export made before it recorded precision (none had another)."""
-        record = recorded_exports(self.config.parameters).get(version)
+        record = self._exports.get(version)
         return (record.precision if record else Precision.FP32).value
+
+    @cached_property
+    def _exports(self) -> dict[int, ExportRecord]:
+        """Read once from the config: every answer names its precision."""
+        return recorded_exports(self.config.parameters)
 
     def sizes(self) -> dict[str, int]:
         """The checkpoint sizes the description's output dimensions name, e.g. hidden_size, and those the config

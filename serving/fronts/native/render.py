@@ -115,7 +115,7 @@ def models_response(served: list[ServedModel]) -> ModelsResponse:
                 hidden_size=model.sizes["hidden_size"],
                 tokenizer=model.description.tokenizer.value,
                 weights=model.weights,
-                runtimes=[_runtime(graph.runtime(), graph.precision(model.version)) for graph in model.graphs.values()],
+                runtimes=[_runtime(graph.runtime, graph.precision(model.version)) for graph in model.graphs.values()],
             )
             for model in served
         ]
