@@ -102,8 +102,9 @@ $(BENCH_READY): $(INSTALLED)
 	touch $@
 
 # `make bench MODEL_SIZE=150M` (or 650M): esm2nv at that published shape, random-init, exported in FP32 and in INT8
-# (each export says how long it took and the disk it used), then run side by side in-process with transformers and
-# esm-cpp on esm.cpp's workloads (benchmarks/real_sizes.py).
+# (each export says how long it took and the disk it used) and its runtimes timed here, then run side by side
+# in-process with transformers and esm-cpp on esm.cpp's workloads (benchmarks/real_sizes.py), then served, each
+# precision in turn: start-up, memory per process, /embed at 16 users, a 300-residue scan (benchmarks/served_memory.py).
 MODEL_SIZE ?=
 SIZED_REPOSITORY := model_repository-$(MODEL_SIZE)
 
@@ -114,7 +115,11 @@ else
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
 		--precision int8
+	$(BIN)/python -m runtimes.choice --repository $(SIZED_REPOSITORY)
+	$(BIN)/python -m runtimes.choice --repository $(SIZED_REPOSITORY)-int8
 	$(BIN)/python -m benchmarks.real_sizes --size $(MODEL_SIZE) --fp32 $(SIZED_REPOSITORY) --int8 $(SIZED_REPOSITORY)-int8
+	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)
+	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)-int8
 endif
 
 # Not part of `make test`: minutes of mixed /embed, /generate and head-graph (/logits, /score, /contacts, layers)

@@ -20,6 +20,7 @@ import yaml
 from bentoml._internal.bento.build_config import BentoEnvSchema  # the type bentoml.bentos.build's `envs` takes
 
 from exporter.__main__ import main as export_main
+from exporter.shared_weights import relink
 from exporter.triton_config import config_path
 from model_catalog import MODELS, Target
 from serving.startup.target_runtime import TARGET_BUILDS
@@ -60,7 +61,9 @@ def build(
         options["docker"] = {**options["docker"], "base_image": base_image}
     if python_version:
         options["docker"] = {**options["docker"], "python_version": python_version}
-    return bentoml.bentos.build(**options, build_ctx=str(ROOT))
+    bento = bentoml.bentos.build(**options, build_ctx=str(ROOT))
+    relink(Path(bento.path) / "src" / REPOSITORY.name)  # BentoML copies file by file: the graphs' weights linked again
+    return bento
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -19,9 +19,11 @@ import random
 import re
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import onnx
 import psutil
 import requests
 
@@ -66,11 +68,14 @@ def processes(root: psutil.Process) -> dict[str, list[tuple[int, int]]]:
 
 
 def weights_bytes(repository: Path) -> int:
-    """The FP32 weights of esm2nv: the largest of its graphs' ONNX files with their external data (each graph holds
-    the whole encoder; the layers graph is never quantized)."""
-    return max(
-        sum(path.stat().st_size for path in version.glob("model.onnx*"))
-        for version in repository.glob("esm2nv*/1")
+    """The FP32 weights of esm2nv: the tensors the layers graph's ONNX file names (each graph holds the whole encoder;
+    the layers graph is never quantized), wherever they lie (model.weights, shared by every graph)."""
+    graph = onnx.load(str(repository / "esm2nv_layers" / "1" / "model.onnx"), load_external_data=False).graph
+    return sum(
+        int(next(entry.value for entry in tensor.external_data if entry.key == "length"))
+        if tensor.data_location == onnx.TensorProto.EXTERNAL
+        else len(tensor.raw_data)
+        for tensor in graph.initializer
     )
 
 
@@ -87,22 +92,27 @@ def warm(url: str) -> None:
         response.raise_for_status()
 
 
-def embed_load(url: str, seconds: float) -> float:
-    """Tokens per second over /embed from USERS users, each sending one or 8 proteins at a time."""
+def embed_load(url: str, seconds: float) -> tuple[float, Counter[int]]:
+    """Tokens per second answered over /embed from USERS users, each sending one or 8 proteins at a time, and how many
+    requests were refused (503: the queue was full) or timed out (504), by status."""
     deadline = time.monotonic() + seconds
 
-    def user(index: int) -> int:
-        rng, tokens = random.Random(index), 0
+    def user(index: int) -> tuple[int, Counter[int]]:
+        rng, tokens, refused = random.Random(index), 0, Counter[int]()
         while time.monotonic() < deadline:
             sequences = [protein(rng) for _ in range(rng.choice((1, 8)))]
-            requests.post(f"{url}/embed", json={"sequences": sequences}, timeout=600).raise_for_status()
+            response = requests.post(f"{url}/embed", json={"sequences": sequences}, timeout=600)
+            if response.status_code in (503, 504):
+                refused[response.status_code] += 1
+                continue
+            response.raise_for_status()
             tokens += sum(len(sequence) + 2 for sequence in sequences)
-        return tokens
+        return tokens, refused
 
     started = time.monotonic()
     with ThreadPoolExecutor(USERS) as pool:
-        total = sum(pool.map(user, range(USERS)))
-    return total / (time.monotonic() - started)
+        results = list(pool.map(user, range(USERS)))
+    return sum(tokens for tokens, _ in results) / (time.monotonic() - started), sum((r for _, r in results), Counter())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         weights = weights_bytes(repository) / 2**20
         print(f"- tritonserver and its stubs: PSS {served / 1024:,.0f} MiB = {served / 1024 / weights:.2f}x the FP32 "
               f"weights ({weights:,.0f} MiB; target 1.5x)")  # fmt: skip
-        print(f"- /embed at {USERS} users: {embed_load(running.url, args.seconds):,.0f} tokens/s", flush=True)
+        tokens_per_s, refused = embed_load(running.url, args.seconds)
+        failures = ", ".join(f"{count} answered {status}" for status, count in sorted(refused.items())) or "none refused"
+        print(f"- /embed at {USERS} users: {tokens_per_s:,.0f} tokens/s answered ({failures})", flush=True)
         scan = "".join(random.Random(SCAN_RESIDUES).choices("ACDEFGHIKLMNPQRSTVWY", k=SCAN_RESIDUES))
         began = time.monotonic()
         response = requests.post(f"{running.url}/score", json={"sequence": scan, "scan": True}, timeout=3600)

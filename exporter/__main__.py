@@ -68,9 +68,6 @@ def _parser() -> argparse.ArgumentParser:
     _choice(export, "--optimizer", Optimizer.BUILTIN, "builtin: torch.onnx; navigator: Triton Model Navigator (optional)")
     export.add_argument("--tolerance", type=float, help="parity gate, max abs diff (default: per target precision)")
     export.add_argument(
-        "--external-data", action="store_true", help="weights in model.onnx.data (automatic over 2 GB)"
-    )
-    export.add_argument(
         "--versions-served", type=_positive, help="Triton serves the newest N versions side by side (default: 1)"
     )
     export.add_argument("--response-cache", action="store_true", help="enable Triton's response cache for the model")
@@ -141,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
                 optimizer=args.optimizer,
                 runtimes=args.runtimes,
                 tolerance=args.tolerance,
-                external_data=args.external_data,
                 progress=progress,
                 precision=args.precision,
             )

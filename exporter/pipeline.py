@@ -20,6 +20,7 @@ from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, in
 from exporter.progress import Progress, Silent
 from exporter.quantize import QUANTIZED_ROLES, GateReport, quantize_gated
 from exporter.runtime_export import CONVERTERS, Converter, written_files
+from exporter.shared_weights import SharedWeights, share_weights
 from exporter.triton_config import config_path, read_exports, render_config
 from exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime_parity, require_providers
 from model_catalog import ExportRecord, GraphSpec, ModelDescription, OnnxGraph, Precision, Target
@@ -53,8 +54,7 @@ class GraphReport:
     version_dir: Path
     onnx_files: list[str]
     onnx_bytes: int
-    """The ONNX files and their external data, if any."""
-    external_data: bool
+    """The ONNX files, without the weights they read from the model's shared file."""
     parity: ParityReport
     """The worst of the graph's ONNX files."""
     configs: list[Path]
@@ -73,6 +73,7 @@ class ExportReport:
     target: Target
     format: str
     graphs: list[GraphReport]
+    weights: SharedWeights
     seconds: float
     left_out: dict[str, str]
     """Optional graphs the checkpoint cannot give (by Triton name), and why."""
@@ -84,10 +85,9 @@ class ExportReport:
         ]
         for graph in self.graphs:
             parity = graph.parity
-            weights = ", weights in *.onnx.data" if graph.external_data else ""
             files = ", ".join(str(graph.version_dir / name) for name in graph.onnx_files)
             lines += [
-                f"  {graph.triton_name}: {files} ({graph.onnx_bytes / 2**20:.1f} MiB, {graph.precision.value}{weights})",
+                f"  {graph.triton_name}: {files} ({graph.onnx_bytes / 2**20:.1f} MiB, {graph.precision.value})",
                 f"    parity: max |onnxruntime - torch| = {parity.max_abs_diff:.2e} <= {parity.tolerance:.0e} "
                 f"({self.target.precision.value} on {parity.provider}), {parity.values_compared:,} values in "
                 f"{parity.batches} padded batches of mixed lengths",
@@ -101,8 +101,10 @@ class ExportReport:
                 else:
                     lines.append(f"    {runtime.value}: left out ({outcome})")
         lines += [f"  {name}: not exported ({why})" for name, why in self.left_out.items()]
-        written = [path for graph in self.graphs for path in graph.version_dir.rglob("*") if path.is_file()]
-        lines.append(f"  disk: {sum(path.stat().st_size for path in written) / 2**30:.2f} GiB in {len(written)} files")
+        lines.append(f"  {self.weights}")
+        written = {path.stat().st_ino: path for graph in self.graphs for path in graph.version_dir.rglob("*") if path.is_file()}
+        disk = sum(path.stat().st_size for path in written.values()) / 2**30
+        lines.append(f"  disk: {disk:.2f} GiB in {len(written)} files (each hardlinked file once)")
         return "\n".join(lines)
 
 
@@ -125,8 +127,9 @@ def export_model(
 
     Nothing is written unless every graph passes the parity gate on `target`'s
     execution provider (`tolerance` defaults to the one of its precision).
-    Weights go to ONNX external data when a graph is over 2 GB, or always with
-    `external_data`. The ONNX file is always written; of the other runtimes only
+    A graph over protobuf's 2 GB is traced into ONNX external data (`external_data` forces that path on any graph);
+    in the end every ONNX file's tensors lie in the version's one `model.weights` (exporter/shared_weights.py).
+    The ONNX file is always written; of the other runtimes only
     those in `runtimes` are (each conversion and its gate takes seconds to minutes), and only for the graphs whose
     runtime is timed (GraphSpec.timed): the others always run onnxruntime.
     Every config records where the weights came from (parameter `checkpoint`, which GET /models shows): `weights`,
@@ -188,6 +191,8 @@ def export_model(
             shutil.copy(RUNTIMES / "backends" / f"{graph.backend.value}.py", version_dir / "model.py")
             shutil.copy(RUNTIMES / "engines.py", version_dir / "engines.py")
             staged[graph] = (version_dir, _worst(parities))
+        with progress.stage("share", "the tensors of every ONNX file into one model.weights"):
+            shared = share_weights([version_dir for version_dir, _ in staged.values()])
         names = ", ".join(description.triton_name(graph.role) for graph in staged)
         with progress.stage("write", f"{names} version {version} into {repository}"):
             reports = [
@@ -197,13 +202,14 @@ def export_model(
                 )
                 for graph, (staged_version, parity) in staged.items()
             ]  # fmt: skip
+            shared = replace(shared, path=reports[0].version_dir / shared.path.name)
             left_out = {
                 description.triton_name(graph.role): _withdraw(description, graph, repository, version)
                 for graph in description.graphs
                 if graph not in staged
             }
     seconds = time.perf_counter() - started
-    return ExportReport(description.name, checkpoint, target, onnx_format, reports, seconds, left_out)
+    return ExportReport(description.name, checkpoint, target, onnx_format, reports, shared, seconds, left_out)
 
 
 def _withdraw(description: ModelDescription, graph: GraphSpec, repository: Path, version: int) -> str:
@@ -273,13 +279,11 @@ def _publish(
         config_file.write_text(render_config(description, graph, loaded.sizes, target, weights, exports))
         configs.append(config_file)
     onnx_paths = [published / part.file for part in graph.onnx_graphs]
-    files = onnx_paths + [external_data_path(path) for path in onnx_paths]
-    onnx_bytes = sum(path.stat().st_size for path in files if path.exists())
-    external = any(external_data_path(path).exists() for path in onnx_paths)
+    onnx_bytes = sum(path.stat().st_size for path in onnx_paths)
     names = [path.name for path in onnx_paths]
     return GraphReport(
-        description.triton_name(graph.role), published, names, onnx_bytes, external, parity, configs, runtimes,
-        precision, int8_gate,
+        description.triton_name(graph.role), published, names, onnx_bytes, parity, configs, runtimes, precision,
+        int8_gate,
     )  # fmt: skip
 
 

@@ -43,7 +43,7 @@ import psutil
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from runtimes.engines import RECORD, Arena, Engine, FreedMemory, Runtime, open_engine
+from runtimes.engines import RECORD, Arena, Engine, FreedMemory, Runtime, open_engine, weights_mapped
 from runtimes.step_caches import layer_caches
 
 MODEL_PARAMETER = "catalog_model"
@@ -66,6 +66,12 @@ sources of about 60 tokens (a drug-like SMILES)."""
 WARM_UP_RUNS, TIMED_RUNS = 2, 2
 """Runs per shape: the warm-up (TorchScript's profiling executor optimises a graph at its second run), then the timed
 ones, one per round of all runtimes, of which the fastest counts (the others met a busy machine)."""
+LONG_ROUND_S = 30.0
+"""Where a runtime's warm-up round (all its work once) took longer, every runtime is timed in one round, not
+TIMED_RUNS: esm2nv at 650M on one thread takes 75 s a round, and four rounds of two runtimes and two graphs kept
+`runtimes.choice` at it for 20 minutes. The warm-up keeps its two rounds: warmed once, both runtimes of the 650M
+encoder grew by 111 and 138 MiB over their timed round (onnxruntime settles a shape's memory at its second run), and
+neither could be chosen."""
 GROWTH_LIMIT_MIB = 8.0
 """Most a runtime's memory may grow over its timed runs, which repeat shapes it has met (an encoder) or meet new ones
 as serving does (the decoder), and still be chosen: a runtime that keeps megabytes per run would grow for as long as
@@ -76,6 +82,11 @@ METHOD = 4
 runtimes' timed runs interleaved; 4: TorchScript, which the timings never choose, no longer timed."""
 NOT_TIMED = "not timed: it runs only where BIONEMO_RUNTIME names it"
 """Why a runtime available here has no timings (Runtime.chosen_by_timing): timing it would only slow the start."""
+COPIES_WEIGHTS = (
+    "not timed: it would copy the weights into every stub, which the graphs of this model share where they lie "
+    "(runtimes/engines.py MAPPED_FROM_MIB); it runs only where BIONEMO_RUNTIME names it"
+)
+"""Why a runtime that copies the weights is not timed for a graph whose weights are mapped (Runtime.maps_weights)."""
 TOKEN_IDS = (4, 24)
 """Token ids of the timed rows, drawn from this range, which every catalogued vocabulary holds (the smallest, ESM's,
 has 33): the time a graph takes does not depend on which tokens it reads."""
@@ -144,7 +155,7 @@ class Timings:
     def can_run(self, runtime: Runtime) -> bool:
         """Whether BIONEMO_RUNTIME may force `runtime`: it ran in the timings, or it is available here but never timed
         (TorchScript)."""
-        return runtime.value in self.milliseconds or self.left_out.get(runtime.value) == NOT_TIMED
+        return runtime.value in self.milliseconds or self.left_out.get(runtime.value) in (NOT_TIMED, COPIES_WEIGHTS)
 
     def fastest(self) -> Runtime:
         """The runtime of the smallest total among the eligible; onnxruntime where none ran (Triton's load then fails,
@@ -265,6 +276,8 @@ def timeable(version_dir: Path, parts: tuple[str, ...]) -> tuple[dict[Runtime, d
             left_out[runtime.value] = f"{runtime.library} is not installed"
         elif not runtime.chosen_by_timing:
             left_out[runtime.value] = NOT_TIMED
+        elif not runtime.maps_weights and weights_mapped(version_dir):
+            left_out[runtime.value] = COPIES_WEIGHTS
         else:
             files[runtime] = paths
     return files, left_out
@@ -274,25 +287,29 @@ def measure(folder: ModelFolder, config: model_config_pb2.ModelConfig, version_d
     """Time every runtime in `version_dir` the timings may choose (timeable): WARM_UP_RUNS of all its work, then
     TIMED_RUNS rounds, each of which runs every runtime's work in turn, so that a spell of load from elsewhere slows
     every runtime rather than the one it met (a clean clone's timings, taken while a test loaded the machine, once
-    gave onnxruntime 233 ms for a one-row generation that takes 55-73 ms). Each work's fastest run counts; a runtime's memory growth is summed
+    gave onnxruntime 233 ms for a one-row generation that takes 55-73 ms); one round of each where a round is long
+    (LONG_ROUND_S). Each work's fastest run counts; a runtime's memory growth is summed
     over its timed runs (freed memory handed back before each reading, as the backends do)."""
     work = decoder_generations(config) if folder.timed_on == GENERATIONS else token_batches(config)
     files, left_out = timeable(version_dir, folder.parts)
     engines: dict[str, Mapping[str, Engine]] = {}
+    longest_round = 0.0
     for runtime, paths in files.items():
         try:
             engines[runtime.value] = {
                 part: open_engine(runtime, path, arena=folder.arena) for part, path in paths.items()
             }
             for _ in range(WARM_UP_RUNS):
+                started = time.perf_counter()
                 for each in work:
                     each.run(engines[runtime.value], threads)
+                longest_round = max(longest_round, time.perf_counter() - started)
         except Exception as error:  # noqa: BLE001 - a file its runtime cannot run is left out; Triton's load says why
             engines.pop(runtime.value, None)
             left_out[runtime.value] = f"does not run here ({type(error).__name__})"
     durations = {runtime: {each.shape: [] for each in work} for runtime in engines}
     grown = dict.fromkeys(engines, 0.0)
-    for _ in range(TIMED_RUNS):
+    for _ in range(1 if longest_round > LONG_ROUND_S else TIMED_RUNS):
         for runtime, parts in engines.items():
             before = _resident_mib()
             for each in work:

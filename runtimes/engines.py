@@ -60,6 +60,13 @@ class Runtime(str, enum.Enum):
         return importlib.util.find_spec(self.library) is not None
 
     @property
+    def maps_weights(self) -> bool:
+        """Whether it runs on the weights where `model.weights` lies (SHARED_WEIGHTS): onnxruntime does; OpenVINO's
+        CPU plugin and TorchScript copy them into each process (esm2nv's 150M encoder on OpenVINO: 1.6 GiB private
+        for two thread counts' compiled models, against 0.4 GiB on onnxruntime)."""
+        return self in (Runtime.ONNXRUNTIME, Runtime.ONNXRUNTIME_FUSED)
+
+    @property
     def chosen_by_timing(self) -> bool:
         """Whether the timings may choose it; TorchScript only runs where BIONEMO_RUNTIME asks: a python-backend stub
         that has loaded torch failed tests/test_faults_e2e.py's SIGTERM drain (every /generate in flight got a 503
@@ -84,6 +91,25 @@ _LIBRARIES = {
 RECORD = "runtime.json"
 """The timings of a graph's runtimes on the machine that last timed them, beside its config.pbtxt
 (runtimes.choice); a new export of the graph removes them."""
+
+
+SHARED_WEIGHTS = "model.weights"
+"""The file of every tensor of a model version's ONNX files, hardlinked into each of its graphs' version folders
+(exporter/shared_weights.py): all graphs and instances map the same pages."""
+MAPPED_FROM_MIB = 256
+"""Weights of at least this size run where they lie: onnxruntime's prepacking would copy every matrix into each
+session's heap (two sessions per stub, a stub per instance and graph: esm2nv at 150M held 12.6 copies), and a
+runtime that copies them is not timed (runtimes/choice.py). Smaller ones are prepacked, faster on short inputs in one
+process alone: esm2nv 8M unpacked ran 1 x 16 tokens 1.83x and 1 x 64 1.23x slower, 8 x 256 1.02x; at 150M (the
+runtime timings, one thread) 1 x 64 1.33x, 8 x 256 1.02x, INT8 1 x 64 1.11x. Two instances at once turn it round at
+150M: each ran 1 x 128 at 216-220 tokens/s mapped, 125-127 prepacked (each streaming its own copy), 8 x 128 at 232-237
+against 246-247 (AMD EPYC, AVX2)."""
+
+
+def weights_mapped(version_dir: Path) -> bool:
+    """Whether the graph in `version_dir` runs on its weights where they lie, shared by every stub (MAPPED_FROM_MIB)."""
+    weights = version_dir / SHARED_WEIGHTS
+    return weights.is_file() and weights.stat().st_size >= MAPPED_FROM_MIB * 2**20
 
 
 class Engine(Protocol):
@@ -157,6 +183,8 @@ class OnnxRuntimeEngine:
             options = self.onnxruntime.SessionOptions()
             options.intra_op_num_threads = threads
             options.enable_cpu_mem_arena = self.arena is not Arena.OFF
+            if weights_mapped(self.path.parent):  # mapped from model.weights, unpacked: one copy for every stub
+                options.add_session_config_entry("session.disable_prepacking", "1")
             provider = (self.provider, PROVIDER_OPTIONS.get(self.provider, {}))
             self.sessions[threads] = self.onnxruntime.InferenceSession(str(self.path), options, providers=[provider])
         return self.sessions[threads]

@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2
 from build_bento import repository_is_complete
 from support.paths import ROOT
 from model_catalog import MODELS
+from runtimes.engines import SHARED_WEIGHTS
 
 pytestmark = pytest.mark.e2e
 
@@ -162,6 +163,8 @@ def test_bento_carries_every_model_with_every_target_config(cpu_bento: Path) -> 
             for name, backend in (("config.pbtxt", "python"), ("configs/gpu.pbtxt", gpu_backend)):
                 config = text_format.Parse((model_dir / name).read_text(), model_config_pb2.ModelConfig())
                 assert (config.name, config.backend) == (model_dir.name, backend)
+        weights = {(repository / description.triton_name(graph.role) / "1" / SHARED_WEIGHTS) for graph in description.graphs}
+        assert len({path.stat().st_ino for path in weights if path.exists()}) == 1, description.name  # linked again
     assert {path.parent.name for path in repository.glob("*/config.pbtxt")} == {
         "esm1nv", "esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts", "esm2nv", "esm2nv_language_model",
         "esm2nv_layers", "esm2nv_contacts", "prott5nv", "prott5nv_layers", "megamolbart_encoder", "megamolbart_decoder",

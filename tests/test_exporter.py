@@ -11,6 +11,7 @@ import onnx
 import pytest
 import torch
 from google.protobuf import text_format
+from transformers import AutoModel
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
@@ -19,11 +20,12 @@ from exporter.errors import CheckpointError
 from exporter.graph_inputs import encoder_inputs, trace_inputs, verification_inputs
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS, written_files
+from exporter.shared_weights import ALIGNMENT
 from exporter.triton_config import build_config, config_path, read_exports, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
 from model_catalog import DECODER, ENCODER, MODELS, RANDOM_INIT_WEIGHTS, ExportRecord, GraphRole, Precision, Target
 from preprocessing.vocabularies import ESM_ALPHABET
-from runtimes.engines import Runtime
+from runtimes.engines import SHARED_WEIGHTS, Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TINY_SIZES, TinyModels, tiny
 from support.paths import CHECKPOINTS, DEFAULT_REPOSITORY
 from test_cached_decoder import DECODER_RUNTIMES
@@ -135,21 +137,64 @@ def test_export_writes_a_verified_version(tiny_models: TinyModels) -> None:
 
 
 @pytest.mark.e2e
-def test_external_data_keeps_the_weights_beside_the_graph(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """The mechanism models over 2 GB need, forced on a small one: the gate runs on the split files. The encoder
-    alone: every graph is written by the same code."""
+def test_a_graph_traced_into_external_data_ends_with_its_weights_in_the_shared_file(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The path of models over 2 GB, forced on a small one: the gate runs on the split files, then their tensors move
+    into model.weights and the split files go. The encoder alone: every graph is written by the same code."""
     report = export_model(replace(ESM2, graphs=(ENCODER,)), tiny_checkpoint, tmp_path, external_data=True)
     version_dir = tmp_path / "esm2nv" / "1"
-    weights = {"model.onnx.data", "model.fused.onnx.data"}
-    assert {p.name for p in version_dir.iterdir()} == EVERY_RUNTIME_FILE | weights | {"model.py", "engines.py"}
-    graph = onnx.load(str(version_dir / "model.onnx"), load_external_data=False)
-    locations = {entry.value for tensor in graph.graph.initializer for entry in tensor.external_data if entry.key == "location"}
-    assert locations == {"model.onnx.data"}
-    assert all(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph.graph.initializer)
-    assert (version_dir / "model.onnx.data").stat().st_mode & 0o044 == 0o044  # readable by Triton's user
-    assert report.graphs[0].onnx_bytes == sum(p.stat().st_size for p in version_dir.glob("model.onnx*"))
-    assert report.graphs[0].parity.max_abs_diff < 1e-4
+    assert {p.name for p in version_dir.iterdir()} == EVERY_RUNTIME_FILE | {"model.py", "engines.py"}
+    for name in ("model.onnx", "model.fused.onnx"):
+        graph = onnx.load(str(version_dir / name), load_external_data=False)
+        assert _locations(graph) == {SHARED_WEIGHTS}
+    assert (version_dir / SHARED_WEIGHTS).stat().st_mode & 0o044 == 0o044  # readable by Triton's user
+    assert report.graphs[0].onnx_bytes == (version_dir / "model.onnx").stat().st_size
+    assert report.graphs[0].parity.max_abs_diff < 1e-4 and report.weights.linked == 0
     assert not list(tmp_path.glob("**/.trace-*"))
+
+
+@pytest.mark.e2e
+def test_the_graphs_of_an_export_read_one_weights_file_holding_each_tensor_once(tiny_models: TinyModels) -> None:
+    """Every head graph holds the whole encoder again: its tensors are the encoder's own bytes in model.weights, one
+    file linked into each graph's folder, each tensor where onnxruntime maps it in place (aligned)."""
+    exported = tiny_models.export("esm2nv")
+    folders = [graph.version_dir for graph in exported.report.graphs]
+    assert len(folders) == 4 and len({(folder / SHARED_WEIGHTS).stat().st_ino for folder in folders}) == 1
+    assert exported.report.weights.linked == 3
+    weights = (folders[0] / SHARED_WEIGHTS).read_bytes()
+    spans: dict[str, dict[str, tuple[int, int]]] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*.onnx")):
+            graph = onnx.load(str(path), load_external_data=False)
+            assert _locations(graph) == {SHARED_WEIGHTS}
+            spans[f"{folder.parent.name}/{path.name}"] = _spans(graph)
+            assert all(offset % ALIGNMENT == 0 for offset, _ in spans[f"{folder.parent.name}/{path.name}"].values())
+    # the bytes are the checkpoint's (onnx.load refuses external data with several hard links: read them here)
+    embeddings = AutoModel.from_pretrained(exported.checkpoint).embeddings.word_embeddings.weight.detach().numpy()
+    encoder, language_model = spans["esm2nv/model.onnx"], spans["esm2nv_language_model/model.onnx"]
+    (offset, length), = (span for name, span in language_model.items() if name.endswith("word_embeddings.weight"))
+    assert np.array_equal(np.frombuffer(weights[offset : offset + length], np.float32).reshape(embeddings.shape), embeddings)
+    # the graphs name the same tensors differently (masked_lm.esm.*, onnx::MatMul_*): the bytes are what is shared
+    assert len(encoder) > 10 and set(encoder.values()) <= set(language_model.values())
+    distinct = {span for graph in spans.values() for span in graph.values()}
+    assert len(weights) < sum(length for _, length in distinct) + ALIGNMENT * len(distinct)
+    assert exported.report.weights.named_bytes > 3 * sum(length for _, length in distinct)  # each graph counted alone
+    assert f"weights: {SHARED_WEIGHTS}" in exported.report.summary()
+
+
+def _locations(graph: onnx.ModelProto) -> set[str]:
+    return {entry.value for tensor in graph.graph.initializer for entry in tensor.external_data if entry.key == "location"}
+
+
+def _spans(graph: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """Each external tensor's (offset, length) in its file."""
+    spans = {}
+    for tensor in graph.graph.initializer:
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        if entries:
+            spans[tensor.name] = (int(entries["offset"]), int(entries["length"]))
+    return spans
 
 
 @pytest.mark.e2e
@@ -228,7 +273,7 @@ def test_the_decoder_exports_both_parts_verified_for_every_runtime(tiny_models: 
     assert decoder.onnx_files == ["cross_attention.onnx", "step.onnx"]
     converted = [runtime for runtime in CONVERTERS if runtime in DECODER_RUNTIMES]
     written = [file.name for runtime in converted for part in DECODER.parts for file in written_files(runtime, part, Path())]
-    expected = ["cross_attention.onnx", "engines.py", "model.py", "step.onnx", *written]
+    expected = ["cross_attention.onnx", "engines.py", "model.py", "step.onnx", SHARED_WEIGHTS, *written]
     assert sorted(p.name for p in decoder.version_dir.iterdir()) == sorted(expected)
     assert all(isinstance(decoder.runtimes[runtime], ParityReport) and decoder.runtimes[runtime].max_abs_diff < 1e-4 for runtime in converted)
     assert "0 MultiHeadAttention" in decoder.runtimes[Runtime.ONNXRUNTIME_FUSED]  # left out, and why

@@ -20,7 +20,7 @@ from exporter.pipeline import UNTIMED, Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
 from exporter.triton_config import recorded_checkpoint
 from model_catalog import MODELS, GraphRole, Target
-from runtimes.engines import Runtime
+from runtimes.engines import SHARED_WEIGHTS, Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TinyModels, tiny
 
 TINY_ESM2 = tiny("esm2nv")
@@ -46,7 +46,7 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     runtimes = ["convert", "convert"] * len(CONVERTERS)  # the same graph for each runtime that fuses attention
     timed = ["convert", "convert", "verify", "verify", *runtimes]  # the encoder, the language model
     untimed = ["convert", "convert", "verify", "verify"]  # layers, contacts: their ONNX file alone
-    assert stages == ["load", "load", *timed, *timed, *untimed, *untimed, "write", "write"]
+    assert stages == ["load", "load", *timed, *timed, *untimed, *untimed, "share", "share", "write", "write"]
     assert all("done in" in line for line in output.err.splitlines() if not line.endswith("..."))
     summary = output.out
     assert f"esm2nv: exported from {checkpoint} in " in summary
@@ -57,7 +57,7 @@ def test_export_shows_each_stage_and_ends_with_a_summary(
     for runtime in CONVERTERS:
         assert f"    {runtime.value}: max |{runtime.value} - torch| = " in summary
         assert f"    {runtime.value}: left out ({UNTIMED})" in summary
-    assert {path.name for path in (tmp_path / "esm2nv_contacts" / "4").iterdir()} == {"model.onnx", "model.py", "engines.py"}
+    assert {path.name for path in (tmp_path / "esm2nv_contacts" / "4").iterdir()} == {"model.onnx", "model.py", "engines.py", SHARED_WEIGHTS}
     for config_file in (tmp_path / "esm2nv").glob("**/*.pbtxt"):
         config = read_config(config_file)
         assert config.max_batch_size == 12
@@ -112,7 +112,7 @@ def test_navigator_optimizes_and_its_result_passes_the_gate(checkpoint: Path, tm
     assert not list(tmp_path.glob(".export-*"))
     # The graph Navigator wrote has the tensors the generated config declares, every variable axis dynamic.
     config = read_config(tmp_path / "esm2nv" / "config.pbtxt")
-    model = onnx.load(str(graph.version_dir / "model.onnx"))
+    model = onnx.load(str(graph.version_dir / "model.onnx"), load_external_data=False)
     for declared, actual in ((config.input, model.graph.input), (config.output, model.graph.output)):
         assert [tensor.name for tensor in declared] == [tensor.name for tensor in actual]
         for tensor, value in zip(declared, actual):
@@ -132,9 +132,9 @@ def test_runtimes_writes_only_the_ones_asked_for_beside_the_onnx_file(
     for runtime in set(CONVERTERS) - {Runtime.OPENVINO}:
         assert f"    {runtime.value}: left out (not asked for (--runtimes))" in summary
     written = sorted(path.name for path in (tmp_path / "esm2nv" / "1").glob("model.*"))
-    assert written == ["model.onnx", "model.openvino.bin", "model.openvino.xml", "model.py"]
+    assert written == ["model.onnx", "model.openvino.bin", "model.openvino.xml", "model.py", SHARED_WEIGHTS]
     assert main([*arguments, "--version", "2", "--runtimes"]) == 0  # none: the ONNX file alone
-    assert sorted(path.name for path in (tmp_path / "esm2nv" / "2").glob("model.*")) == ["model.onnx", "model.py"]
+    assert sorted(path.name for path in (tmp_path / "esm2nv" / "2").glob("model.*")) == ["model.onnx", "model.py", SHARED_WEIGHTS]
 
 
 @pytest.mark.e2e

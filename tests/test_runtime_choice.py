@@ -23,8 +23,13 @@ from exporter import export_model
 from exporter.architectures import load_for_export
 from exporter.graph_inputs import verification_inputs
 from model_catalog import ENCODER, MODELS, GraphRole
+from exporter.shared_weights import relink
+from runtimes import choice, engines
 from runtimes.choice import (
+    COPIES_WEIGHTS,
     GROWTH_LIMIT_MIB,
+    TIMED_RUNS,
+    WARM_UP_RUNS,
     METHOD,
     NOT_TIMED,
     RECORD,
@@ -38,7 +43,7 @@ from runtimes.choice import (
     timeable,
     write_into_configs,
 )
-from runtimes.engines import Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
+from runtimes.engines import SHARED_WEIGHTS, Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
 from serving.startup.settings import Settings, SettingsError
 from support.checkpoints import TinyExport, TinyModels, tiny
 from support.paths import DEFAULT_REPOSITORY, ROOT
@@ -113,6 +118,58 @@ def test_the_fastest_timed_runtime_is_chosen_and_the_timings_kept_beside_the_con
     shapes = list(record["milliseconds"]["onnxruntime"])
     assert shapes[0] == "1x64" and shapes[-1] == "1x1024", "one row up to the longest input, as the buckets send"
     assert any(line.startswith("esm2nv: timing") for line in lines)
+
+
+@pytest.mark.e2e
+def test_weights_from_the_mapping_size_run_where_they_lie_for_every_graph_and_copying_runtimes_are_not_timed(
+    repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets esm2nv at 650M hold its weights once: the encoder's and the language model's sessions map the one
+    model.weights (a copied repository's files linked again first), unpacked, with the answers of the prepacked
+    session; OpenVINO, which copies them, is not timed, and BIONEMO_RUNTIME may still force it."""
+    graphs = [repository / name / "1" / "model.onnx" for name in ("esm2nv", "esm2nv_language_model")]
+    assert relink(repository) == 3  # the copy made four files of the four hardlinks
+    batch = verification_inputs(TINY_ESM2, GraphRole.ENCODER, {}, seed=11)[0].feeds
+    prepacked = open_engine(Runtime.ONNXRUNTIME, graphs[0]).run(["hidden_states"], batch, threads=2)[0]
+    monkeypatch.setattr(engines, "MAPPED_FROM_MIB", 0)
+    mapped = [open_engine(Runtime.ONNXRUNTIME, graph) for graph in graphs]
+    assert np.abs(mapped[0].run(["hidden_states"], batch, threads=2)[0] - prepacked).max() < 1e-5
+    scored = verification_inputs(TINY_ESM2, GraphRole.LANGUAGE_MODEL, {}, seed=11)[0].feeds
+    mapped[1].run(["log_probs"], scored, threads=1)
+    maps = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
+    inodes = {int(fields[4]) for fields in maps if len(fields) == 6 and fields[5].endswith(f"/{SHARED_WEIGHTS}")}
+    assert inodes == {(graphs[0].parent / SHARED_WEIGHTS).stat().st_ino}  # every session maps the one file
+    record = choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"].timings
+    assert record.left_out[Runtime.OPENVINO.value] == COPIES_WEIGHTS and Runtime.OPENVINO.value not in record.milliseconds
+    assert record.fastest().maps_weights and record.can_run(Runtime.OPENVINO)
+    assert chosen(repository, {"esm2nv": Runtime.OPENVINO}, ["esm2nv"])["esm2nv"] is Runtime.OPENVINO
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("long_round_s", [0.0, 600.0])
+def test_runtimes_whose_rounds_are_long_are_timed_in_one_round(
+    repository: Path, monkeypatch: pytest.MonkeyPatch, long_round_s: float
+) -> None:
+    """What bounds the timings at 650M: every runtime's work runs WARM_UP_RUNS + 1 times where a round outlasts
+    LONG_ROUND_S (0 here), WARM_UP_RUNS + TIMED_RUNS times otherwise."""
+    runs: dict[str, int] = {}
+
+    def counted(runtime: Runtime, path: Path, **options):
+        engine = open_engine(runtime, path, **options)
+
+        class Counted:
+            def run(self, outputs, feeds, threads):
+                runs[runtime.value] = runs.get(runtime.value, 0) + 1
+                return engine.run(outputs, feeds, threads)
+
+        return Counted()
+
+    monkeypatch.setattr(choice, "open_engine", counted)
+    monkeypatch.setattr(choice, "LONG_ROUND_S", long_round_s)
+    timings = choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"].timings
+    shapes = len(timings.milliseconds[Runtime.ONNXRUNTIME.value])
+    rounds = WARM_UP_RUNS + (1 if long_round_s == 0.0 else TIMED_RUNS)
+    assert runs and set(runs.values()) == {rounds * shapes}, runs
 
 
 @pytest.mark.e2e

@@ -11,7 +11,7 @@ from typing import Any
 from exporter import ExportReport, export_model
 from exporter.architectures import create_default_checkpoint
 from model_catalog import MODELS, ModelDescription
-from runtimes.engines import Runtime
+from runtimes.engines import SHARED_WEIGHTS, Runtime
 
 TINY_SIZES: dict[str, dict[str, Any]] = {
     "esm1nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
@@ -23,8 +23,9 @@ TINY_SIZES: dict[str, dict[str, Any]] = {
 """Each architecture at 2 layers of width 32: the real vocabulary, tokenizer and graphs, seconds to export."""
 SEED = 3
 """The tiny checkpoints' weights: the same in every test that shares them."""
-EVERY_RUNTIME_FILE = {runtime.file("model") for runtime in Runtime} | {"model.openvino.bin"}
-"""An encoder's files in an export, one per runtime (OpenVINO's weights beside its graph)."""
+EVERY_RUNTIME_FILE = {runtime.file("model") for runtime in Runtime} | {"model.openvino.bin", SHARED_WEIGHTS}
+"""An encoder's files in an export, one per runtime (OpenVINO's weights beside its graph), and the weights every ONNX
+file of the model reads (exporter/shared_weights.py)."""
 
 
 def tiny(name: str, **changes: Any) -> ModelDescription:

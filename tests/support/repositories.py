@@ -10,8 +10,8 @@ from pathlib import Path
 
 from support.paths import DEFAULT_REPOSITORY
 
-GRAPH_SUFFIXES = {".onnx", ".data", ".pt", ".xml", ".bin"}
-"""Every runtime's graph files (ONNX and its external data, TorchScript, OpenVINO's graph and weights); not the
+GRAPH_SUFFIXES = {".onnx", ".weights", ".pt", ".xml", ".bin"}
+"""Every runtime's graph files (ONNX and the model's weights, TorchScript, OpenVINO's graph and weights); not the
 python backend's model.py and engines.py, which then fail nothing but the graph's load."""
 NOT_A_MODEL = b"not a model"
 
@@ -29,7 +29,8 @@ def build_repository(
     broken: Iterable[str] = (),
     source: Path = DEFAULT_REPOSITORY,
 ) -> Path:
-    """`folder` holding `source`'s models `linked`, `copied` and `broken` (copied, then every graph file garbage)."""
+    """`folder` holding `source`'s models `linked`, `copied` and `broken` (copied, then every graph file garbage). A copy
+    holds its own weights file, as a copy made without hardlinks does (exporter.shared_weights.relink links them)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in linked:
         (folder / name).symlink_to(source / name, target_is_directory=True)
