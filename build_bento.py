@@ -20,9 +20,9 @@ import yaml
 from bentoml._internal.bento.build_config import BentoEnvSchema  # the type bentoml.bentos.build's `envs` takes
 
 from exporter.__main__ import main as export_main
-from exporter.shared_weights import relink
 from exporter.triton_config import config_path
 from model_catalog import MODELS, Target
+from runtimes.served_repository import relink
 from serving.startup.target_runtime import TARGET_BUILDS
 
 ROOT = Path(__file__).resolve().parent

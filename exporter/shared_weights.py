@@ -93,21 +93,6 @@ def share_weights(version_dirs: Sequence[Path]) -> SharedWeights:
     return SharedWeights(target, target.stat().st_size, len(offsets), named, linked)
 
 
-def relink(repository: Path) -> int:
-    """Hardlink again the weights files of `repository` that are copies of one another (a copy of a repository that
-    did not keep hardlinks: BentoML's build copies file by file). Returns how many were linked."""
-    by_content: dict[tuple[int, bytes], Path] = {}
-    linked = 0
-    for path in sorted(repository.glob(f"*/[0-9]*/{SHARED_WEIGHTS}")):
-        key = (path.stat().st_size, _digest(path))
-        first = by_content.setdefault(key, path)
-        if first != path and not first.samefile(path):
-            path.unlink()
-            os.link(first, path)
-            linked += 1
-    return linked
-
-
 def _tensor_bytes(tensor: onnx.TensorProto, folder: Path) -> tuple[bytes | None, Path | None]:
     """A tensor's bytes as ONNX lays them out, and the external file they come from, if any."""
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
@@ -133,11 +118,3 @@ def _point(tensor: onnx.TensorProto, offset: int, length: int) -> None:
     for key, value in (("location", SHARED_WEIGHTS), ("offset", str(offset)), ("length", str(length))):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
-
-
-def _digest(path: Path) -> bytes:
-    digest = hashlib.blake2b(digest_size=32)
-    with path.open("rb") as file:
-        while chunk := file.read(1 << 24):
-            digest.update(chunk)
-    return digest.digest()

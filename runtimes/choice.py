@@ -68,8 +68,8 @@ WARM_UP_RUNS, TIMED_RUNS = 2, 2
 ones, one per round of all runtimes, of which the fastest counts (the others met a busy machine)."""
 LONG_ROUND_S = 30.0
 """Where a runtime's warm-up round (all its work once) took longer, every runtime is timed in one round, not
-TIMED_RUNS: esm2nv at 650M on one thread takes 75 s a round, and four rounds of two runtimes and two graphs kept
-`runtimes.choice` at it for 20 minutes. The warm-up keeps its two rounds: warmed once, both runtimes of the 650M
+TIMED_RUNS: esm2nv at 650M on one thread takes 75 s a round, and four rounds of two runtimes and two graphs would
+keep `runtimes.choice` at it for 20 minutes. The warm-up keeps its two rounds: warmed once, both runtimes of the 650M
 encoder grew by 111 and 138 MiB over their timed round (onnxruntime settles a shape's memory at its second run), and
 neither could be chosen."""
 GROWTH_LIMIT_MIB = 8.0

@@ -12,6 +12,7 @@ start whose process has ended is removed by the next start.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runtimes.choice import Choice
-from runtimes.engines import process_start
+from runtimes.engines import SHARED_WEIGHTS, process_start
 
 PREFIX = "bionemo-served-repository-"
 
@@ -51,3 +52,26 @@ def remove_ended(parent: Path) -> None:
         pid, started, _ = (folder.name.removeprefix(PREFIX).split("-", 2) + ["", ""])[:3]
         if not (pid.isdigit() and started.isdigit() and process_start(int(pid)) == int(started)):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def relink(repository: Path) -> int:
+    """Hardlink again the weights files of `repository` that are copies of one another: a copy of a repository that
+    kept no hardlinks (BentoML's build and the image's layers copy file by file) has each graph map a file of its own
+    (exporter/shared_weights.py). Returns how many were linked."""
+    by_content: dict[tuple[int, bytes], Path] = {}
+    linked = 0
+    for path in sorted(repository.glob(f"*/[0-9]*/{SHARED_WEIGHTS}")):
+        first = by_content.setdefault((path.stat().st_size, _digest(path)), path)
+        if first != path and not first.samefile(path):
+            path.unlink()
+            os.link(first, path)
+            linked += 1
+    return linked
+
+
+def _digest(path: Path) -> bytes:
+    digest = hashlib.blake2b(digest_size=32)
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 24):
+            digest.update(chunk)
+    return digest.digest()

@@ -206,6 +206,22 @@ def test_tritonserver_listens_on_loopback_only_and_nothing_runs_as_root(
     assert {process["user"] for process in processes} == {"bentoml"}, processes
 
 
+WEIGHTS_FILES = (
+    "import json, pathlib; print(json.dumps({str(path.parent.parent.name): path.stat().st_ino for path in "
+    "pathlib.Path('/home/bentoml/bento/src/model_repository').glob('*/1/model.weights')}))"
+)
+"""Run inside the container: the inode of each graph's model.weights, by Triton model."""
+
+
+def test_the_graphs_of_each_model_share_one_weights_file_in_the_image(served: Container) -> None:
+    """The image's COPY keeps no hardlinks (buildah); its build links the graphs' weights again, so that every stub
+    of a model maps one file (exporter/shared_weights.py)."""
+    inodes = json.loads(served.execute("python", "-c", WEIGHTS_FILES))
+    for model in ("esm2nv", "megamolbart"):
+        graphs = {name: inode for name, inode in inodes.items() if name.startswith(model)}
+        assert len(graphs) >= 3 and len(set(graphs.values())) == 1, inodes
+
+
 def test_serve_grpc_answers_bentomls_grpc_client_from_a_repository_in_s3(runner: str, image: str) -> None:
     """The guide's CPU command for gRPC, `IMAGE serve-grpc --production --triton-options ...`, given the S3 repository
     the launcher's test reads (moto's server on this machine's loopback): one container for both, since the front and

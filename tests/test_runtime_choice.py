@@ -23,7 +23,6 @@ from exporter import export_model
 from exporter.architectures import load_for_export
 from exporter.graph_inputs import verification_inputs
 from model_catalog import ENCODER, MODELS, GraphRole
-from exporter.shared_weights import relink
 from runtimes import choice, engines
 from runtimes.choice import (
     COPIES_WEIGHTS,
@@ -44,6 +43,7 @@ from runtimes.choice import (
     write_into_configs,
 )
 from runtimes.engines import SHARED_WEIGHTS, Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
+from runtimes.served_repository import relink
 from serving.startup.settings import Settings, SettingsError
 from support.checkpoints import TinyExport, TinyModels, tiny
 from support.paths import DEFAULT_REPOSITORY, ROOT
@@ -152,24 +152,29 @@ def test_runtimes_whose_rounds_are_long_are_timed_in_one_round(
 ) -> None:
     """What bounds the timings at 650M: every runtime's work runs WARM_UP_RUNS + 1 times where a round outlasts
     LONG_ROUND_S (0 here), WARM_UP_RUNS + TIMED_RUNS times otherwise."""
-    runs: dict[str, int] = {}
+    runs: dict[tuple[str, str], int] = {}
 
     def counted(runtime: Runtime, path: Path, **options):
         engine = open_engine(runtime, path, **options)
+        key = (path.parent.parent.name, runtime.value)
 
         class Counted:
             def run(self, outputs, feeds, threads):
-                runs[runtime.value] = runs.get(runtime.value, 0) + 1
+                runs[key] = runs.get(key, 0) + 1
                 return engine.run(outputs, feeds, threads)
 
         return Counted()
 
     monkeypatch.setattr(choice, "open_engine", counted)
     monkeypatch.setattr(choice, "LONG_ROUND_S", long_round_s)
-    timings = choose_runtimes(repository, {}, ["esm2nv"])["esm2nv"].timings
-    shapes = len(timings.milliseconds[Runtime.ONNXRUNTIME.value])
+    choices = choose_runtimes(repository, {}, ["esm2nv"])  # the encoder and the language model
     rounds = WARM_UP_RUNS + (1 if long_round_s == 0.0 else TIMED_RUNS)
-    assert runs and set(runs.values()) == {rounds * shapes}, runs
+    expected = {
+        (graph, runtime): rounds * len(shapes)
+        for graph, chosen in choices.items()
+        for runtime, shapes in chosen.timings.milliseconds.items()
+    }
+    assert len(expected) == 6 and runs == expected
 
 
 @pytest.mark.e2e
