@@ -13,7 +13,8 @@ Its layers, bottom first (tests/test_import_layers.py holds them):
 - `step_caches.py`: the decoder step's per-layer cache inputs by name (numpy only), shared by the exporter's traced
   inputs and the timings.
 - `choice.py`: the timings on this machine, their record (runtime.json) and the choice, `python -m runtimes.choice`;
-  `served_repository.py`: the folder a start serves, each timed graph's config naming its chosen runtime. They read
+  `served_repository.py`: the folder a start serves, each timed graph's config naming its chosen runtime, and the
+  copies of a model's `model.weights` linked again (`relink`). They read
   what to time from the graphs' configs, which the exporter writes, so that the whole package sits below the model
   catalog (model_catalog.py imports `Arena` and the backends' names from here).
 """
