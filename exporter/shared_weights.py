@@ -79,7 +79,7 @@ def share_weights(version_dirs: Sequence[Path]) -> SharedWeights:
                     weights.write(data)
                 _point(tensor, offsets[digest], len(data))
             onnx.save_model(graph, str(graph_path))
-    for source in replaced - {target}:
+    for source in replaced:  # the traced graphs' own external data files
         source.unlink(missing_ok=True)
     target.chmod(0o644)  # Triton may run as another user
     linked = 0

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from functools import cached_property
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
