@@ -18,7 +18,7 @@ from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx
 from exporter.progress import Progress, Silent
-from exporter.quantize import QUANTIZED_ROLES, GateReport, quantize_gated
+from exporter.quantize import QUANTIZED_ROLES, GateReport, Recipe, quantize_gated
 from exporter.runtime_export import CONVERTERS, Converter, written_files
 from exporter.shared_weights import SharedWeights, share_weights
 from exporter.triton_config import config_path, read_exports, render_config
@@ -170,7 +170,7 @@ def export_model(
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
                 if precision is Precision.INT8 and graph.role in QUANTIZED_ROLES:
                     with progress.stage("quantize", f"{name} {part.file} to INT8, gated against its FP32 graph"):
-                        int8_gates[graph] = _quantize(description, graph, onnx_path)
+                        int8_gates[graph] = _quantize(description, graph, onnx_path, _model_recipe(int8_gates))
                 served_int8 = graph in int8_gates and int8_gates[graph].passed
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
                 with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
@@ -287,11 +287,17 @@ def _publish(
     )  # fmt: skip
 
 
-def _quantize(description: ModelDescription, graph: GraphSpec, onnx_path: Path) -> GateReport:
-    """Quantize the graph's ONNX file and gate it; where it passes, the INT8 file takes the FP32 one's place (its
-    external data removed: the INT8 file holds its weights)."""
+def _model_recipe(gates: dict[GraphSpec, GateReport]) -> Recipe | None:
+    """The recipe the model's first graph to pass its gate was quantized by: one recipe for all, so that the graphs
+    share their quantized tensors (quantize_gated)."""
+    return next((gate.recipe for gate in gates.values() if gate.passed), None)
+
+
+def _quantize(description: ModelDescription, graph: GraphSpec, onnx_path: Path, first: Recipe | None) -> GateReport:
+    """Quantize the graph's ONNX file and gate it, trying `first` first; where it passes, the INT8 file takes the
+    FP32 one's place (its external data removed: the INT8 file holds its weights)."""
     int8_path = onnx_path.with_suffix(".int8.onnx")
-    gate = quantize_gated(description, graph.role, onnx_path, int8_path)
+    gate = quantize_gated(description, graph.role, onnx_path, int8_path, first)
     if gate.passed:
         int8_path.replace(onnx_path)
         external_data_path(onnx_path).unlink(missing_ok=True)

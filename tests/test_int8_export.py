@@ -16,9 +16,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
-from exporter.quantize import MIN_COSINE, GateFigure, GateReport, Recipe, has_vnni, recipes
+from exporter.quantize import MIN_COSINE, GateFigure, GateReport, Recipe, has_vnni, quantize_gated, recipes
 from exporter.triton_config import read_exports
-from model_catalog import ExportRecord, Precision, SCORED_AMINO_ACIDS
+from model_catalog import SCORED_AMINO_ACIDS, ExportRecord, GraphRole, Precision
 from preprocessing import tokenizer_for
 from support.checkpoints import TinyModels, tiny
 
@@ -30,6 +30,16 @@ activation quantization cannot represent (what SmoothQuant was made for)."""
 
 def operators(path: Path) -> set[str]:
     return {node.op_type for node in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+def quantized_weights(path: Path) -> set[tuple[str, str]]:
+    """Where the file's 8-bit tensors lie in external data: (offset, length) of each."""
+    found = set()
+    for tensor in onnx.load(str(path), load_external_data=False).graph.initializer:
+        if tensor.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8) and tensor.external_data:
+            where = {entry.key: entry.value for entry in tensor.external_data}
+            found.add((where["offset"], where["length"]))
+    return found
 
 
 def embeddings_cosine_to_transformers(checkpoint: Path, onnx_path: Path) -> float:
@@ -89,6 +99,9 @@ def test_int8_serves_the_gated_graphs_in_int8_and_records_each_graphs_precision(
     spearman, pppl = gated["esm2nv_language_model"].figures
     assert spearman.name == "scan Spearman" and pppl.name.startswith("pseudo-perplexity change (FP32 ")
     assert gated["esm2nv"].recipe == Recipe(reduce_range=not has_vnni())  # the first try passed
+    assert gated["esm2nv_language_model"].recipe == gated["esm2nv"].recipe  # one recipe for the model's graphs
+    encoder, language_model = (tmp_path / name / "1" / "model.onnx" for name in ("esm2nv", "esm2nv_language_model"))
+    assert quantized_weights(encoder) and quantized_weights(language_model) == quantized_weights(encoder)  # held once
     assert "INT8 gate INT8 served (embeddings cosine (worst) 0.99" in report.summary()
     assert recipes(tmp_path / "esm2nv_layers" / "1" / "model.onnx", vnni=True) == [Recipe()]  # 2 layers: none kept
     without_vnni = recipes(tmp_path / "esm2nv_layers" / "1" / "model.onnx", vnni=False)
@@ -113,6 +126,17 @@ def test_a_graph_that_fails_the_gate_is_served_in_fp32_and_the_report_says_by_ho
     assert "FP32" in config.parameters["exports"].string_value
     assert encoder.parity.max_abs_diff < 1e-4  # the FP32 graph it serves still matches torch
     assert embeddings_cosine_to_transformers(outlier_checkpoint, encoder.version_dir / "model.onnx") > 0.99999
+
+
+@pytest.mark.e2e
+def test_a_graph_tries_the_recipe_its_models_other_graph_passed_with_first(tiny_models: TinyModels, tmp_path: Path) -> None:
+    report = export_model(tiny("esm2nv"), tiny_models.checkpoint("esm2nv"), tmp_path, runtimes=[])
+    fp32 = shutil.copytree(report.graphs[0].version_dir, tmp_path / "copied") / "model.onnx"  # onnx refuses hardlinks
+    unsigned = Recipe(unsigned_weights=True)
+    description = tiny("esm2nv")
+    assert quantize_gated(description, GraphRole.ENCODER, fp32, tmp_path / "own.onnx").recipe == recipes(fp32, has_vnni())[0]
+    assert quantize_gated(description, GraphRole.ENCODER, fp32, tmp_path / "shared.onnx", first=unsigned).recipe == unsigned
+    assert operators(tmp_path / "shared.onnx") & QUANTIZED_OPS
 
 
 def test_vnni_is_read_from_the_cpu_flags() -> None:
