@@ -18,7 +18,8 @@ from exporter.graph_inputs import GraphInputs, trace_inputs, verification_inputs
 from exporter.navigator import navigator_version, optimize_with_navigator
 from exporter.onnx_export import ONNX_OPSET, export_onnx, external_data_path, input_names, install_onnx
 from exporter.progress import Progress, Silent
-from exporter.quantize import QUANTIZED_ROLES, GateReport, Recipe, quantize_gated
+from exporter.quantize import QUANTIZED_ROLES, Answers, GateReport, Recipe, gate_answers, quantize_gated
+from exporter.quantize_openvino import quantize_openvino_gated
 from exporter.runtime_export import CONVERTERS, Converter, written_files
 from exporter.shared_weights import SharedWeights, share_weights
 from exporter.triton_config import config_path, read_exports, render_config
@@ -33,8 +34,11 @@ NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
 UNTIMED = "not used: the graph runs onnxruntime untimed (model_catalog.GraphSpec.timed)"
 """Why a graph asked for rarely (layers, contacts) gets no other runtime's file: it would never be served."""
-INT8_ON_ONNXRUNTIME = "not used: the graph is served in INT8, on onnxruntime (exporter/quantize.py)"
-"""Why a graph that passed the INT8 gate gets no other runtime's file: those would run it in FP32."""
+INT8_ELSEWHERE = "not used: the graph is served in INT8, on onnxruntime or OpenVINO (exporter/quantize*.py)"
+"""Why a graph that passed the INT8 gate gets no onnxruntime-fused or TorchScript file: those would run it in FP32."""
+INT8_RUNTIMES = (Runtime.OPENVINO,)
+"""The runtimes besides onnxruntime that quantize a graph themselves: their FP32 file, once it matches torch, is
+quantized and gated (exporter/quantize_openvino.py)."""
 GATE_SEED, NAVIGATOR_SEED = 0, 1
 """Navigator checks itself on other batches than the gate does."""
 
@@ -58,8 +62,9 @@ class GraphReport:
     parity: ParityReport
     """The worst of the graph's ONNX files."""
     configs: list[Path]
-    runtimes: dict[Runtime, ParityReport | str]
-    """Each CPU runtime written beside the ONNX file with its gate, or why it was left out."""
+    runtimes: dict[Runtime, ParityReport | GateReport | str]
+    """Each CPU runtime written beside the ONNX file with its gate (its INT8 gate where it serves INT8), or why it was
+    left out."""
     precision: Precision = Precision.FP32
     """What the served ONNX file computes in."""
     int8_gate: GateReport | None = None
@@ -98,6 +103,8 @@ class ExportReport:
             for runtime, outcome in graph.runtimes.items():
                 if isinstance(outcome, ParityReport):
                     lines.append(f"    {runtime.value}: max |{runtime.value} - torch| = {outcome.max_abs_diff:.2e}")
+                elif isinstance(outcome, GateReport):
+                    lines.append(f"    {runtime.value}: {outcome}")
                 else:
                     lines.append(f"    {runtime.value}: left out ({outcome})")
         lines += [f"  {name}: not exported ({why})" for name, why in self.left_out.items()]
@@ -151,14 +158,14 @@ def export_model(
     repository.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repository, prefix=".export-") as staging:
         staged: dict[GraphSpec, tuple[Path, ParityReport]] = {}
-        graph_runtimes: dict[GraphSpec, dict[Runtime, ParityReport | str]] = {}
+        graph_runtimes: dict[GraphSpec, dict[Runtime, ParityReport | GateReport | str]] = {}
         int8_gates: dict[GraphSpec, GateReport] = {}
         for graph in (graph for graph in description.graphs if graph.role in loaded.graphs):
             name = description.triton_name(graph.role)
             version_dir = Path(staging) / name / str(version)
             version_dir.mkdir(parents=True)
             parities = []
-            outcomes: dict[Runtime, dict[str, ParityReport | str]] = {runtime: {} for runtime in CONVERTERS}
+            outcomes: dict[Runtime, dict[str, ParityReport | GateReport | str]] = {runtime: {} for runtime in CONVERTERS}
             for part in graph.onnx_graphs:
                 module = loaded.module(graph, part)
                 with progress.stage("convert", f"{name} {part.file} to ONNX ({optimizer.value})"):
@@ -168,16 +175,18 @@ def export_model(
                     batches = verification_inputs(description, graph.role, loaded.graphs, GATE_SEED, part.name)
                     onnx_path = version_dir / part.file
                     parities.append(check_parity(module, onnx_path, part, batches, name, target, tolerance))
+                expected: Answers | None = None
                 if precision is Precision.INT8 and graph.role in QUANTIZED_ROLES:
                     with progress.stage("quantize", f"{name} {part.file} to INT8, gated against its FP32 graph"):
-                        int8_gates[graph] = _quantize(description, graph, onnx_path, _model_recipe(int8_gates))
+                        expected = gate_answers(description, graph.role, open_engine(Runtime.ONNXRUNTIME, onnx_path))
+                        int8_gates[graph] = _quantize(description, graph, onnx_path, expected, _model_recipe(int8_gates))
                 served_int8 = graph in int8_gates and int8_gates[graph].passed
                 sample = trace_inputs(description, graph.role, loaded.graphs, part.name)
                 with attention_implementation(module, "sdpa"):  # what makes each of them fuse attention
                     for runtime, convert in CONVERTERS.items():
-                        if runtime not in runtimes or not graph.timed or served_int8:
+                        if runtime not in runtimes or not graph.timed or (served_int8 and runtime not in INT8_RUNTIMES):
                             outcomes[runtime][part.name] = (
-                                NOT_ASKED if runtime not in runtimes else UNTIMED if not graph.timed else INT8_ON_ONNXRUNTIME
+                                NOT_ASKED if runtime not in runtimes else UNTIMED if not graph.timed else INT8_ELSEWHERE
                             )
                             continue
                         with progress.stage("convert", f"{name} {runtime.file(part.name)} ({runtime.value})"):
@@ -185,6 +194,11 @@ def export_model(
                                 runtime, convert, module, part, sample, batches, version_dir, name, tolerance,
                                 external_data,
                             )  # fmt: skip
+                        if served_int8 and isinstance(outcomes[runtime][part.name], ParityReport):
+                            with progress.stage("quantize", f"{name} {runtime.file(part.name)} to INT8 (NNCF), gated"):
+                                outcomes[runtime][part.name] = _quantize_openvino(
+                                    description, graph, version_dir / runtime.file(part.name), expected
+                                )
             graph_runtimes[graph] = {
                 runtime: _every_part(runtime, graph, outcomes[runtime], version_dir) for runtime in CONVERTERS
             }
@@ -255,7 +269,7 @@ def _publish(
     repository: Path,
     staged_version: Path,
     parity: ParityReport,
-    runtimes: dict[Runtime, ParityReport | str],
+    runtimes: dict[Runtime, ParityReport | GateReport | str],
     weights: str,
     int8_gate: GateReport | None,
 ) -> GraphReport:
@@ -293,15 +307,25 @@ def _model_recipe(gates: dict[GraphSpec, GateReport]) -> Recipe | None:
     return next((gate.recipe for gate in gates.values() if gate.passed), None)
 
 
-def _quantize(description: ModelDescription, graph: GraphSpec, onnx_path: Path, first: Recipe | None) -> GateReport:
-    """Quantize the graph's ONNX file and gate it, trying `first` first; where it passes, the INT8 file takes the
-    FP32 one's place (its external data removed: the INT8 file holds its weights)."""
+def _quantize(
+    description: ModelDescription, graph: GraphSpec, onnx_path: Path, expected: Answers, first: Recipe | None
+) -> GateReport:
+    """Quantize the graph's ONNX file and gate it against the FP32 file's answers (`expected`), trying `first`
+    first; where it passes, the INT8 file takes the FP32 one's place (its external data removed: the INT8 file holds
+    its weights)."""
     int8_path = onnx_path.with_suffix(".int8.onnx")
-    gate = quantize_gated(description, graph.role, onnx_path, int8_path, first)
+    gate = quantize_gated(description, graph.role, onnx_path, int8_path, expected, first)
     if gate.passed:
         int8_path.replace(onnx_path)
         external_data_path(onnx_path).unlink(missing_ok=True)
     return gate
+
+
+def _quantize_openvino(description: ModelDescription, graph: GraphSpec, ir: Path, expected: Answers) -> GateReport | str:
+    """The OpenVINO file of an INT8 graph quantized by NNCF and gated like the ONNX file; where no try passes,
+    OpenVINO is left out (an FP32 file beside an INT8 graph would serve another precision) with the gate's figures."""
+    report = quantize_openvino_gated(description, graph.role, ir, expected)
+    return report if report.passed else f"OpenVINO's {report}"
 
 
 def _worst(parities: list[ParityReport]) -> ParityReport:
@@ -311,13 +335,15 @@ def _worst(parities: list[ParityReport]) -> ParityReport:
 
 
 def _every_part(
-    runtime: Runtime, graph: GraphSpec, outcomes: dict[str, ParityReport | str], version_dir: Path
-) -> ParityReport | str:
+    runtime: Runtime, graph: GraphSpec, outcomes: dict[str, ParityReport | GateReport | str], version_dir: Path
+) -> ParityReport | GateReport | str:
     """A runtime serves a graph only with all of its parts (the decoder's cross_attention and step): one part left
     out leaves the runtime out, the other parts' files removed too."""
     named = len(outcomes) > 1
     reasons = [f"{part}: {why}" if named else why for part, why in outcomes.items() if isinstance(why, str)]
     if not reasons:
+        if gates := [outcome for outcome in outcomes.values() if isinstance(outcome, GateReport)]:
+            return gates[0]  # INT8: the quantized graphs (encoder, language model) have one part
         return _worst([outcome for outcome in outcomes.values() if isinstance(outcome, ParityReport)])
     for part in graph.onnx_graphs:
         for written in written_files(runtime, part, version_dir):

@@ -30,13 +30,13 @@ class PrintedProgress:
     @contextmanager
     def stage(self, name: str, subject: str) -> Iterator[None]:
         started = time.perf_counter()
-        self._line(f"{name:<8}{subject} ...")
+        self._line(f"{name:<9}{subject} ...")
         try:
             yield
         except BaseException:
-            self._line(f"{name:<8}{subject}: failed after {time.perf_counter() - started:.1f} s")
+            self._line(f"{name:<9}{subject}: failed after {time.perf_counter() - started:.1f} s")
             raise
-        self._line(f"{name:<8}{subject}: done in {time.perf_counter() - started:.1f} s")
+        self._line(f"{name:<9}{subject}: done in {time.perf_counter() - started:.1f} s")
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream or sys.stderr, flush=True)  # sys.stderr as it is now, not at import

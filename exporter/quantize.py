@@ -14,6 +14,7 @@ The gate runs the checkpoint being exported, on proteins of mixed lengths, with 
 - language model: the deep mutational scan (masked marginals) of the gate proteins, Spearman at least MIN_SPEARMAN
   against FP32's, and their pseudo-perplexity within MAX_PPPL_CHANGE of FP32's.
 A graph that fails any figure is served in FP32 and the export report says which figure failed and by how much.
+OpenVINO's file of an INT8 graph is quantized by NNCF and held to the same gate (exporter/quantize_openvino.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from model_catalog import SCORED_AMINO_ACIDS, GraphRole, ModelDescription
 from preprocessing import tokenizer_for
+from runtimes.engines import Engine, Runtime, open_engine
 
 QUANTIZED_ROLES = (GraphRole.ENCODER, GraphRole.LANGUAGE_MODEL)
 """The graphs INT8 is asked of. The layers and contacts graphs (asked for rarely, untimed) stay FP32: no gate is
@@ -114,6 +117,12 @@ def quantize_onnx(source: Path, destination: Path, recipe: Recipe) -> None:
     )
 
 
+class QuantizationRecipe(Protocol):
+    """How one try quantized a graph (Recipe here, quantize_openvino.NncfRecipe); the gate's report says it."""
+
+    def __str__(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class GateFigure:
     name: str
@@ -135,7 +144,7 @@ class GateReport:
     """One graph's INT8 gate: its figures, the recipe they were taken with, and whether INT8 is served."""
 
     figures: tuple[GateFigure, ...]
-    recipe: Recipe
+    recipe: QuantizationRecipe
 
     @property
     def passed(self) -> bool:
@@ -147,20 +156,24 @@ class GateReport:
 
 
 def quantize_gated(
-    description: ModelDescription, role: GraphRole, fp32: Path, int8: Path, first: Recipe | None = None
+    description: ModelDescription,
+    role: GraphRole,
+    fp32: Path,
+    int8: Path,
+    expected: Answers,
+    first: Recipe | None = None,
 ) -> GateReport:
-    """Write `int8` from `fp32` and gate it, try after try (recipes) until one passes; the last try's report where
-    none does (and `int8` removed). The FP32 graph's answers are computed once, for every try.
+    """Write `int8` from `fp32` and gate it against the FP32 graph's answers (`expected`, gate_answers), try after
+    try (recipes) until one passes; the last try's report where none does (and `int8` removed).
 
     `first`, the recipe another graph of the model passed with, is tried first: the language model holds the encoder,
     and quantized by the same recipe its encoder's tensors are the encoder graph's bytes, which the export's one
     weights file then holds once (esm2nv 150M on an AVX2 EPYC: the encoder passed with uint8 weights only, the LM with
     7-bit int8 ones, and the two kept their 0.15 GiB of INT8 encoder weights apart)."""
-    expected = _answers(description, role, _session(fp32))
     tries = recipes(fp32, has_vnni())
     for recipe in [first, *(recipe for recipe in tries if recipe != first)] if first in tries else tries:
         quantize_onnx(fp32, int8, recipe)
-        report = GateReport(_figures(role, expected, _answers(description, role, _session(int8))), recipe)
+        report = gate(role, expected, gate_answers(description, role, open_engine(Runtime.ONNXRUNTIME, int8)), recipe)
         if report.passed:
             return report
     int8.unlink()
@@ -184,71 +197,80 @@ Answers = tuple[np.ndarray, ...]
 log-probabilities over the scanned proteins."""
 
 
-def _session(path: Path):  # noqa: ANN202 - onnxruntime is imported here, not at module level
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = len(os.sched_getaffinity(0))
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _gate_proteins(lengths: tuple[int, ...]) -> list[str]:
-    rng = np.random.default_rng(GATE_SEED)
-    return ["".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)) for length in lengths]
+def gate_answers(description: ModelDescription, role: GraphRole, engine: Engine) -> Answers:
+    """The graph's answers to the gate, run by `engine` (any runtime's file of the graph)."""
+    if role is GraphRole.ENCODER:
+        return (_run(engine, "embeddings", embedding_feeds(description, random_proteins(GATE_LENGTHS, GATE_SEED)))[0],)
+    return _scan(description, engine)
 
 
-def _answers(description: ModelDescription, role: GraphRole, session) -> Answers:  # noqa: ANN001
-    return _embeddings(description, session) if role is GraphRole.ENCODER else _scan(description, session)
-
-
-def _figures(role: GraphRole, expected: Answers, got: Answers) -> tuple[GateFigure, ...]:
+def gate(role: GraphRole, expected: Answers, got: Answers, recipe: QuantizationRecipe) -> GateReport:
+    """The gate's figures of an INT8 graph's answers (`got`) against its FP32 graph's (`expected`)."""
     if role is GraphRole.ENCODER:
         cosine = worst_cosine(expected[0], got[0])
-        return (GateFigure("embeddings cosine (worst)", cosine, MIN_COSINE, higher_is_better=True),)
+        return GateReport((GateFigure("embeddings cosine (worst)", cosine, MIN_COSINE, higher_is_better=True),), recipe)
     (expected_scores, expected_wild), (got_scores, got_wild) = expected, got
     pppl_fp32, pppl_int8 = (float(np.exp(-wild.mean())) for wild in (expected_wild, got_wild))
-    return (
+    figures = (
         GateFigure("scan Spearman", spearman(expected_scores, got_scores), MIN_SPEARMAN, higher_is_better=True),
         GateFigure(
             f"pseudo-perplexity change (FP32 {pppl_fp32:.3f})", abs(pppl_int8 / pppl_fp32 - 1), MAX_PPPL_CHANGE,
             higher_is_better=False,
         ),
     )  # fmt: skip
+    return GateReport(figures, recipe)
 
 
-def _embeddings(description: ModelDescription, session) -> Answers:  # noqa: ANN001
-    """The gate proteins' embeddings, each as it is and with MASKED_SHARE of its residues masked."""
+def embedding_feeds(description: ModelDescription, proteins: list[str]) -> dict[str, np.ndarray]:
+    """One padded batch of `proteins`, each as it is and with MASKED_SHARE of its residues masked."""
     tokenizer = tokenizer_for(description)
     rng = np.random.default_rng(GATE_SEED + 1)
     rows = []
-    for protein in _gate_proteins(GATE_LENGTHS):
+    for protein in proteins:
         ids = tokenizer.encode(protein)
         masked = ids.copy()
         chosen = rng.choice(len(protein), size=max(1, int(len(protein) * MASKED_SHARE)), replace=False)
         masked[chosen + len(tokenizer.prefix_ids)] = tokenizer.mask_id
         rows += [ids, masked]
-    return (session.run(["embeddings"], tokenizer.pad(rows).model_inputs())[0],)
+    return tokenizer.pad(rows).model_inputs()
 
 
-def _scan(description: ModelDescription, session) -> Answers:  # noqa: ANN001
+def scan_feeds(description: ModelDescription, protein: str) -> list[dict[str, np.ndarray]]:
+    """The language model's batches of a masked-marginal scan of `protein`: one copy per residue with it masked, at
+    most SCAN_ROWS a batch."""
+    tokenizer = tokenizer_for(description)
+    ids = tokenizer.encode(protein)
+    residues = np.arange(len(protein))
+    copies = np.repeat(ids[None], len(protein), axis=0)
+    positions = residues + len(tokenizer.prefix_ids)
+    copies[residues, positions] = tokenizer.mask_id
+    return [
+        {
+            "input_ids": copies[start : start + SCAN_ROWS],
+            "attention_mask": np.ones_like(copies[start : start + SCAN_ROWS]),
+            "positions": positions[start : start + SCAN_ROWS, None],
+        }
+        for start in range(0, len(protein), SCAN_ROWS)
+    ]
+
+
+def random_proteins(lengths: tuple[int, ...], seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return ["".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)) for length in lengths]
+
+
+def _run(engine: Engine, output: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return engine.run([output], feeds, len(os.sched_getaffinity(0)))
+
+
+def _scan(description: ModelDescription, engine: Engine) -> Answers:
     """The scanned proteins' masked-marginal scores of every substitution, and each residue's log-probability
     with it masked (whose mean gives the pseudo-perplexity)."""
-    tokenizer = tokenizer_for(description)
     scores, wild_types = [], []
-    for protein in _gate_proteins(SCAN_LENGTHS):
-        ids = tokenizer.encode(protein)
+    for protein in random_proteins(SCAN_LENGTHS, GATE_SEED):
         residues = np.arange(len(protein))
-        copies = np.repeat(ids[None], len(protein), axis=0)
-        positions = residues + len(tokenizer.prefix_ids)
-        copies[residues, positions] = tokenizer.mask_id
-        log_probs = np.concatenate([
-            session.run(["log_probs"], {
-                "input_ids": copies[start : start + SCAN_ROWS],
-                "attention_mask": np.ones_like(copies[start : start + SCAN_ROWS]),
-                "positions": positions[start : start + SCAN_ROWS, None],
-            })[0][:, 0]
-            for start in range(0, len(protein), SCAN_ROWS)
-        ])  # fmt: skip  # [residues, 20]: each masked residue's log-probabilities
+        # [residues, 20]: each masked residue's log-probabilities
+        log_probs = np.concatenate([_run(engine, "log_probs", feeds)[0][:, 0] for feeds in scan_feeds(description, protein)])
         wild = [SCORED_AMINO_ACIDS.index(residue) for residue in protein]
         at_wild = log_probs[residues, wild]
         mutants = np.ones_like(log_probs, dtype=bool)

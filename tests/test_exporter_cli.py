@@ -68,7 +68,7 @@ def test_an_unreadable_checkpoint_exits_1_naming_the_file(tmp_path: Path, capsys
     assert main(["export", "esm2nv", "--checkpoint", str(tmp_path / "nowhere"), "--repository", str(tmp_path)]) == 1
     output = capsys.readouterr()
     assert f"error: {tmp_path / 'nowhere' / 'config.json'}: missing" in output.err
-    assert "load    esm2nv" in output.err and "failed after" in output.err
+    assert "load     esm2nv" in output.err and "failed after" in output.err
     assert "Traceback" not in output.err
 
 

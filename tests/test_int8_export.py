@@ -5,6 +5,7 @@ The INT8 embeddings are also held to transformers' own, on the same weights: the
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporter import export_model
-from exporter.quantize import MIN_COSINE, GateFigure, GateReport, Recipe, has_vnni, quantize_gated, recipes
+from exporter.quantize import MIN_COSINE, GateFigure, GateReport, Recipe, gate_answers, has_vnni, quantize_gated, recipes
+from exporter.quantize_openvino import NncfRecipe
 from exporter.triton_config import read_exports
 from model_catalog import SCORED_AMINO_ACIDS, ExportRecord, GraphRole, Precision
 from preprocessing import tokenizer_for
+from runtimes.engines import Runtime, open_engine
 from support.checkpoints import TinyModels, tiny
 
 QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul"}
@@ -42,16 +45,16 @@ def quantized_weights(path: Path) -> set[tuple[str, str]]:
     return found
 
 
-def embeddings_cosine_to_transformers(checkpoint: Path, onnx_path: Path) -> float:
-    """The worst cosine between the served file's embeddings and transformers' mean of the residues' states."""
-    import onnxruntime
+def embeddings_cosine_to_transformers(checkpoint: Path, path: Path, runtime: Runtime = Runtime.ONNXRUNTIME) -> float:
+    """The worst cosine between the served file's embeddings (run by `runtime`) and transformers' mean of the
+    residues' states."""
     from transformers import EsmModel
 
     tokenizer = tokenizer_for(tiny("esm2nv"))
     rng = np.random.default_rng(5)
     proteins = ["".join(rng.choice(list(SCORED_AMINO_ACIDS), size=length)) for length in (5, 40, 90)]
     feeds = tokenizer.pad([tokenizer.encode(protein) for protein in proteins]).model_inputs()
-    (served,) = onnxruntime.InferenceSession(str(onnx_path)).run(["embeddings"], feeds)
+    (served,) = open_engine(runtime, path).run(["embeddings"], feeds, threads=1)
     with torch.inference_mode():
         model = EsmModel.from_pretrained(checkpoint, add_pooling_layer=False).eval()
         states = model(input_ids=torch.from_numpy(feeds["input_ids"]), attention_mask=torch.from_numpy(feeds["attention_mask"]))
@@ -83,7 +86,7 @@ def test_int8_serves_the_gated_graphs_in_int8_and_records_each_graphs_precision(
     tiny_models: TinyModels, tmp_path: Path
 ) -> None:
     checkpoint = tiny_models.checkpoint("esm2nv")
-    report = export_model(tiny("esm2nv"), checkpoint, tmp_path, runtimes=[], precision=Precision.INT8)
+    report = export_model(tiny("esm2nv"), checkpoint, tmp_path, runtimes=[Runtime.OPENVINO], precision=Precision.INT8)
     precisions = {graph.triton_name: graph.precision for graph in report.graphs}
     assert precisions == {
         "esm2nv": Precision.INT8, "esm2nv_language_model": Precision.INT8,
@@ -107,6 +110,15 @@ def test_int8_serves_the_gated_graphs_in_int8_and_records_each_graphs_precision(
     without_vnni = recipes(tmp_path / "esm2nv_layers" / "1" / "model.onnx", vnni=False)
     assert without_vnni == [Recipe(reduce_range=True), Recipe(unsigned_weights=True)]
     assert embeddings_cosine_to_transformers(checkpoint, tmp_path / "esm2nv" / "1" / "model.onnx") >= MIN_COSINE
+    for graph in report.graphs[:2]:  # OpenVINO's file of each INT8 graph: quantized by NNCF, gated the same way
+        gated_openvino = graph.runtimes[Runtime.OPENVINO]
+        assert isinstance(gated_openvino, GateReport) and gated_openvino.passed, graph.triton_name
+        assert isinstance(gated_openvino.recipe, NncfRecipe)
+        assert f"openvino: {gated_openvino}" in report.summary()
+        assert re.search(r'element_type="[ui]8"', (graph.version_dir / "model.openvino.xml").read_text())
+        assert not list(graph.version_dir.glob("*.int8.*"))  # the INT8 IR took the FP32 one's place
+    openvino_int8 = tmp_path / "esm2nv" / "1" / "model.openvino.xml"
+    assert embeddings_cosine_to_transformers(checkpoint, openvino_int8, Runtime.OPENVINO) >= MIN_COSINE
 
 
 @pytest.mark.e2e
@@ -134,8 +146,10 @@ def test_a_graph_tries_the_recipe_its_models_other_graph_passed_with_first(tiny_
     fp32 = shutil.copytree(report.graphs[0].version_dir, tmp_path / "copied") / "model.onnx"  # onnx refuses hardlinks
     unsigned = Recipe(unsigned_weights=True)
     description = tiny("esm2nv")
-    assert quantize_gated(description, GraphRole.ENCODER, fp32, tmp_path / "own.onnx").recipe == recipes(fp32, has_vnni())[0]
-    assert quantize_gated(description, GraphRole.ENCODER, fp32, tmp_path / "shared.onnx", first=unsigned).recipe == unsigned
+    expected = gate_answers(description, GraphRole.ENCODER, open_engine(Runtime.ONNXRUNTIME, fp32))
+    own = quantize_gated(description, GraphRole.ENCODER, fp32, tmp_path / "own.onnx", expected)
+    assert own.recipe == recipes(fp32, has_vnni())[0]
+    assert quantize_gated(description, GraphRole.ENCODER, fp32, tmp_path / "shared.onnx", expected, first=unsigned).recipe == unsigned
     assert operators(tmp_path / "shared.onnx") & QUANTIZED_OPS
 
 
