@@ -22,7 +22,7 @@ EXPORT_SOURCES := model_catalog.py \
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve serve-grpc test test-fast audit lock image bench soak clean FORCE
+.PHONY: install models serve serve-grpc test test-fast audit lock image bench bench-growth soak clean FORCE
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -121,6 +121,13 @@ else
 	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)-int8
 endif
+
+# How cost grows with the model and the protein: /embed tokens/s and a scan's time, esm2nv served at 8M (the
+# defaults) and at each size `make bench MODEL_SIZE=...` has exported, for proteins of 100, 300 and 1,000 residues
+# (benchmarks/growth.py).
+bench-growth: install models $(BENCH_READY)
+	$(BIN)/python -m benchmarks.growth 8M=$(REPOSITORY) \
+		$(foreach size,150M 650M,$(if $(wildcard model_repository-$(size)/esm2nv),$(size)=model_repository-$(size)))
 
 # Not part of `make test`: minutes of mixed /embed, /generate and head-graph (/logits, /score, /contacts, layers)
 # load in rounds; figures into docs/reliability.md,

@@ -92,15 +92,26 @@ def warm(url: str) -> None:
         response.raise_for_status()
 
 
-def embed_load(url: str, seconds: float) -> tuple[float, Counter[int]]:
-    """Tokens per second answered over /embed from USERS users, each sending one or 8 proteins at a time, and how many
-    requests were refused (503: the queue was full) or timed out (504), by status."""
+def esm2nv_server(repository: Path) -> Server:
+    """The service serving esm2nv alone from `repository`, on a free loopback port."""
+    return Server(
+        "service",
+        lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
+        "/readyz",
+        lambda port: {"BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_MODELS": "esm2nv", "BIONEMO_PORT": str(port)},
+    )
+
+
+def embed_load(url: str, seconds: float, length: int | None = None) -> tuple[float, Counter[int]]:
+    """Tokens per second answered over /embed from USERS users, each sending one or 8 proteins at a time (one of
+    `length` residues, where given), and how many requests were refused (503: the queue was full) or timed out (504),
+    by status."""
     deadline = time.monotonic() + seconds
 
     def user(index: int) -> tuple[int, Counter[int]]:
         rng, tokens, refused = random.Random(index), 0, Counter[int]()
         while time.monotonic() < deadline:
-            sequences = [protein(rng) for _ in range(rng.choice((1, 8)))]
+            sequences = [protein(rng, length) for _ in range(rng.choice((1, 8)) if length is None else 1)]
             response = requests.post(f"{url}/embed", json={"sequences": sequences}, timeout=600)
             if response.status_code in (503, 504):
                 refused[response.status_code] += 1
@@ -121,14 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
     repository = args.repository.resolve()
-    server = Server(
-        "service",
-        lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
-        "/readyz",
-        lambda port: {"BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_MODELS": "esm2nv", "BIONEMO_PORT": str(port)},
-    )
     started = time.monotonic()
-    running = start(server, timeout=1800)
+    running = start(esm2nv_server(repository), timeout=1800)
     ready_s = time.monotonic() - started
     try:
         print(f"# esm2nv from {args.repository}, {cpu_model()}; start-up to ready {ready_s:.0f} s", flush=True)

@@ -325,7 +325,9 @@ def _quantize_openvino(description: ModelDescription, graph: GraphSpec, ir: Path
     """The OpenVINO file of an INT8 graph quantized by NNCF and gated like the ONNX file; where no try passes,
     OpenVINO is left out (an FP32 file beside an INT8 graph would serve another precision) with the gate's figures."""
     report = quantize_openvino_gated(description, graph.role, ir, expected)
-    return report if report.passed else f"OpenVINO's {report}"
+    if report.passed:
+        return report
+    return f"its INT8 failed the gate: {'; '.join(map(str, report.figures))}; {report.recipe}"
 
 
 def _worst(parities: list[ParityReport]) -> ParityReport:

@@ -12,6 +12,7 @@ The IR that passes takes the FP32 IR's place, and `runtimes.choice` times it aga
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def quantize_openvino_gated(description: ModelDescription, role: GraphRole, ir: 
 def _quantized(recipe: NncfRecipe, model, description: ModelDescription, role: GraphRole):  # noqa: ANN001, ANN202
     import nncf
 
+    nncf.set_log_level(logging.WARNING)  # its INFO tables of every try would bury the export's own progress
     kept = nncf.IgnoredScope(patterns=[f".*{name}.*" for name in (*KEPT_FP32, "embeddings")], validate=False)
     if recipe.weights_only:
         return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM, ignored_scope=kept)

@@ -48,7 +48,7 @@ class SharedWeights:
         return (
             f"weights: {self.path.name}, {self.bytes / 2**30:.2f} GiB, {self.tensors} tensors, read by every ONNX file "
             f"of the version ({self.named_bytes / 2**30:.2f} GiB as separate files); "
-            f"{self.linked} graph folder(s) link to it"
+            f"the {self.linked} other graph folder(s) link to it"
         )
 
 
