@@ -5,8 +5,8 @@ each published size given, for proteins of 100, 300 and 1,000 residues (issue 38
 
 For each size in turn: the service serving esm2nv alone from that repository (its runtime timings taken first where
 the repository has none), warmed; then for each length, /embed from USERS users each sending one protein of that
-length at a time for --seconds (tokens/s answered, and the requests that timed out, 504, or were refused, 503), and
-/score's scan of one protein of that length: its time where answered, else the service's own estimate from its 422
+length at a time for --seconds (tokens/s answered, and the requests that timed out, 504, or were refused, 503), and,
+once the work timed-out requests left running has ended, /score's scan of one protein of that length: its time where answered, else the service's own estimate from its 422
 (a scan that would outlast the request limit is refused at once, naming the estimate and ranges that fit). Stops
 what it started by its PID.
 """
@@ -20,10 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import requests
 
 from benchmarks.processes import start, stop
-from benchmarks.served_memory import USERS, embed_load, esm2nv_server, warm
+from benchmarks.served_memory import USERS, embed_load, esm2nv_server, wait_idle, warm
 from runtimes.choice import cpu_model
 
 LENGTHS = (100, 300, 1000)
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             warm(running.url)
             for length in LENGTHS:
                 tokens_per_s, refused = embed_load(running.url, args.seconds, length)
+                wait_idle(psutil.Process(running.process.pid))  # what timed-out requests left running ends first
                 failures = ", ".join(f"{count} x {status}" for status, count in sorted(refused.items())) or "none"
                 rows.append(f"| {size} | {length:,} | {tokens_per_s:,.0f} | {failures} | {scan_cost(running.url, length)} |")
                 print(rows[-1], file=sys.stderr, flush=True)

@@ -8,8 +8,9 @@ warms every capability (embed, logits, score, contacts, layers); then reads, aft
 and PSS (/proc/PID/smaps_rollup: shared pages split among their users, so the PSS of all processes adds up to what
 they hold together) for tritonserver, each python-backend stub (named by its model) and the API side; compares the
 sum of tritonserver's and its stubs' PSS with the size of the FP32 weights. Then /embed at 16 users for --seconds
-(tokens/s), and a 300-residue scan by masked marginal: answered, or refused at once (the 422's message), and then
-the first range the refusal suggests, timed. Stops what it started by its PID.
+(tokens/s); once the work that load left running has ended (requests that timed out leave theirs to finish), a
+300-residue scan by masked marginal: answered, or refused at once (the 422's message), and then the first range the
+refusal suggests, timed. Stops what it started by its PID.
 """
 
 from __future__ import annotations
@@ -126,6 +127,29 @@ def embed_load(url: str, seconds: float, length: int | None = None) -> tuple[flo
     return sum(tokens for tokens, _ in results) / (time.monotonic() - started), sum((r for _, r in results), Counter())
 
 
+def wait_idle(root: psutil.Process, timeout: float = 1800.0, busy_percent: float = 20.0) -> float:
+    """Seconds until the processes under `root` use less than `busy_percent` of one core together, measured over 2 s:
+    work whose request timed out runs to its end, and a request sent before it has would queue behind it."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        tree = [root, *root.children(recursive=True)]
+        for process in tree:
+            try:
+                process.cpu_percent()
+            except psutil.Error:
+                pass
+        time.sleep(2)
+        busy = 0.0
+        for process in tree:
+            try:
+                busy += process.cpu_percent()
+            except psutil.Error:
+                pass
+        if busy < busy_percent:
+            break
+    return time.monotonic() - started
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repository", type=Path, required=True)
@@ -151,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         tokens_per_s, refused = embed_load(running.url, args.seconds)
         failures = ", ".join(f"{count} answered {status}" for status, count in sorted(refused.items())) or "none refused"
         print(f"- /embed at {USERS} users: {tokens_per_s:,.0f} tokens/s answered ({failures})", flush=True)
+        drained = wait_idle(psutil.Process(running.process.pid))
+        print(f"- work left running by timed-out requests ended {drained:.0f} s after the load", flush=True)
         scan = "".join(random.Random(SCAN_RESIDUES).choices("ACDEFGHIKLMNPQRSTVWY", k=SCAN_RESIDUES))
         began = time.monotonic()
         response = requests.post(f"{running.url}/score", json={"sequence": scan, "scan": True}, timeout=3600)
@@ -164,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 first, last = int(suggested.group(1)), int(suggested.group(2))
                 body = {"sequence": scan, "scan": True, "scan_positions": [first, last]}
                 began = time.monotonic()
-                requests.post(f"{running.url}/score", json=body, timeout=3600).raise_for_status()
-                print(f"- its first suggested range, [{first}, {last}]: answered in {time.monotonic() - began:.1f} s")
+                answer = requests.post(f"{running.url}/score", json=body, timeout=3600)
+                outcome = "answered" if answer.ok else f"{answer.status_code} ({answer.text[:200]})"
+                print(f"- its first suggested range, [{first}, {last}]: {outcome} in {time.monotonic() - began:.1f} s")
     finally:
         stop(running)
     return 0

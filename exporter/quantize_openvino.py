@@ -5,9 +5,10 @@ Two tries, fastest first:
   SmoothQuant first (NNCF's transformer preset), the language-model head FP32. The INT8 path where the CPU has VNNI
   or AMX; on AVX2 alone it ran esm2nv slower than FP32 (8M, AMD EPYC: 8 x 256 in 0.74 s against 0.61 s) and failed
   the gate at 8M and 150M (random-init: worst embedding cosine 0.980 and 0.980, 0.994 and 0.997 without SmoothQuant);
-- INT8 weights only, activations FP32: a quarter of the weights' bytes, within the gate (0.99973, 0.99964), at
-  FP32's speed.
-The IR that passes takes the FP32 IR's place, and `runtimes.choice` times it against onnxruntime's INT8 graph.
+- INT8 weights only, activations FP32: a quarter of the weights' bytes, within the gate (0.99973, 0.99964), about
+  FP32's speed (150M, 8 x 256: 0.90x OpenVINO's FP32).
+The IR that passes takes the FP32 IR's place, and `runtimes.choice` times it against onnxruntime's INT8 graph where
+OpenVINO is timed at all (below runtimes.engines.MAPPED_FROM_MIB of shared weights: it copies them into each stub).
 """
 
 from __future__ import annotations
