@@ -6,9 +6,9 @@ each published size given, for proteins of 100, 300 and 1,000 residues (issue 38
 For each size in turn: the service serving esm2nv alone from that repository (its runtime timings taken first where
 the repository has none), warmed; then for each length, /embed from USERS users each sending one protein of that
 length at a time for --seconds (tokens/s answered, and the requests that timed out, 504, or were refused, 503), and,
-once the work timed-out requests left running has ended, /score's scan of one protein of that length: its time where answered, else the service's own estimate from its 422
-(a scan that would outlast the request limit is refused at once, naming the estimate and ranges that fit). Stops
-what it started by its PID.
+once the work timed-out requests left running has ended, /score's scan of one protein of that length: its time where
+answered, else the service's own estimate from its 422 (a scan that would outlast the request limit is refused at
+once, naming the estimate and ranges that fit). Stops what it started by its PID.
 """
 
 from __future__ import annotations
