@@ -117,6 +117,13 @@ class Target(str, enum.Enum):
         return Precision.FP16 if self is Target.GPU_TENSORRT else Precision.FP32
 
 
+TRITON_CALL_TIMEOUT_S = 60
+"""tritonclient's asyncio HTTP client, which BentoML's Triton runner opens with its defaults, ends any call after
+60 s (`conn_timeout`, its session's total timeout), the time the call waits in Triton's queue included. So Triton's
+batcher drops a request that has waited this long in its queue (`default_queue_policy`): nobody waits for its answer.
+Without it, at 650M past capacity, the stubs computed such answers for 2 to 4 minutes after 30 s of load."""
+
+
 @dataclass(frozen=True)
 class BatchingPolicy:
     """Triton's batching and execution knobs for one model (`config.pbtxt`: `dynamic_batching`, `instance_group`)."""

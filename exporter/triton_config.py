@@ -17,7 +17,15 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from model_catalog import EXPORTS_PARAMETER, ExportRecord, GraphSpec, ModelDescription, Target, recorded_exports
+from model_catalog import (
+    EXPORTS_PARAMETER,
+    TRITON_CALL_TIMEOUT_S,
+    ExportRecord,
+    GraphSpec,
+    ModelDescription,
+    Target,
+    recorded_exports,
+)
 from preprocessing import tokenizer_for
 from runtimes.choice import GENERATIONS, MAX_TOKENS_PARAMETER, MODEL_PARAMETER, TIMING_PARAMETER, TOKEN_BATCHES
 from runtimes.engines import PROVIDER_OPTIONS
@@ -66,6 +74,9 @@ def build_config(
     if not graph.stateful:
         config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_microseconds
+        abandoned = config.dynamic_batching.default_queue_policy  # waited as long as the client does: dropped
+        abandoned.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
+        abandoned.default_timeout_microseconds = TRITON_CALL_TIMEOUT_S * 1_000_000
     config.version_policy.latest.num_versions = description.versions_served
     if description.response_cache and not graph.stateful:  # a stateful model's answer depends on its caches
         config.response_cache.enable = True

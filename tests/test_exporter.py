@@ -23,7 +23,17 @@ from exporter.runtime_export import CONVERTERS, written_files
 from exporter.shared_weights import ALIGNMENT
 from exporter.triton_config import build_config, config_path, read_exports, render_config
 from exporter.verify import ParityError, ParityReport, check_parity
-from model_catalog import DECODER, ENCODER, MODELS, RANDOM_INIT_WEIGHTS, ExportRecord, GraphRole, Precision, Target
+from model_catalog import (
+    DECODER,
+    ENCODER,
+    MODELS,
+    RANDOM_INIT_WEIGHTS,
+    TRITON_CALL_TIMEOUT_S,
+    ExportRecord,
+    GraphRole,
+    Precision,
+    Target,
+)
 from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import SHARED_WEIGHTS, Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TINY_SIZES, TinyModels, tiny
@@ -43,6 +53,9 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
     assert [(t.name, tuple(t.dims)) for t in config.output] == [("hidden_states", (-1, 320)), ("embeddings", (320,))]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert list(config.dynamic_batching.preferred_batch_size) == list(ESM2.batching.preferred_batch_sizes)
+    abandoned = config.dynamic_batching.default_queue_policy  # queued as long as the runner's client waits: dropped
+    assert abandoned.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert abandoned.default_timeout_microseconds == TRITON_CALL_TIMEOUT_S * 1_000_000
     assert config.version_policy.latest.num_versions == 1 and not config.HasField("response_cache")
     assert config.parameters["attention_budget"].string_value == str(ESM2.batching.attention_budget)
 

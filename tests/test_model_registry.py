@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 
 from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, Capability
 from serving.errors import DeadlineExceeded, ModelLoadFailed, ModelUnavailable, UnknownModel
-from serving.triton.registry import ModelRegistry, triton_call
+from serving.triton.registry import QUEUE_TIMEOUT, ModelRegistry, triton_call
 from support.fake_runner import FakeRunner
 
 
@@ -117,6 +117,13 @@ def test_a_triton_call_past_the_clients_limit_is_a_504_that_says_so_not_the_requ
     with pytest.raises(DeadlineExceeded, match="esm2nv version 1 did not answer one call within 60 s"):
         with triton_call("esm2nv version 1"):
             raise TimeoutError
+
+
+def test_a_call_tritons_batcher_dropped_at_the_same_limit_is_the_same_504() -> None:
+    """Its queue policy drops a request queued as long as the client waits; the client may hear of it first."""
+    with pytest.raises(DeadlineExceeded, match="esm2nv version 1 did not answer one call within 60 s"):
+        with triton_call("esm2nv version 1"):
+            raise InferenceServerException(msg=f"[503] {QUEUE_TIMEOUT}")
 
 
 def test_an_optional_graph_not_served_is_reported_with_why() -> None:

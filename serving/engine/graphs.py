@@ -20,7 +20,7 @@ from serving.triton.registry import ModelRegistry
 CHUNKS_IN_FLIGHT = 4
 """Calls to Triton one request keeps in flight; its other chunks wait their turn here. Triton runs a graph's
 instances (2) at once and queues the rest, and each call ends after 60 s, its wait in that queue included
-(registry.TRITON_CALL_TIMEOUT_S): a 1,000-residue scan sent its 32 chunks at once, and the last ones, minutes back
+(model_catalog.TRITON_CALL_TIMEOUT_S): a 1,000-residue scan sent its 32 chunks at once, and the last ones, minutes back
 in Triton's queue, timed out. Four keep both instances busy and a call's wait short."""
 
 

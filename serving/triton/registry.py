@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from tritonclient.utils import InferenceServerException
 
-from model_catalog import MODELS, Capability, ModelDescription
+from model_catalog import MODELS, TRITON_CALL_TIMEOUT_S, Capability, ModelDescription
 from serving.errors import (
     CapabilityNotSupported,
     DeadlineExceeded,
@@ -30,9 +30,9 @@ from serving.metrics import MODEL_DISCOVERIES
 from serving.triton.models import ServedModel, discover_models
 
 TRITON_ERRORS = (InferenceServerException, aiohttp.ClientError, ConnectionError)
-TRITON_CALL_TIMEOUT_S = 60
-"""tritonclient's asyncio HTTP client, which BentoML's Triton runner opens with its defaults, ends any call after
-60 s (`conn_timeout`, its session's total timeout), the time the call waits in Triton's queue included."""
+QUEUE_TIMEOUT = "Request timeout"
+"""How Triton's error for a request its batcher dropped after waiting TRITON_CALL_TIMEOUT_S in its queue begins
+(libtritonserver 2.51's own string)."""
 TRITON_MODEL_OWNERS: dict[str, ModelDescription] = {
     description.triton_name(graph.role): description for description in MODELS.values() for graph in description.graphs
 }
@@ -58,17 +58,19 @@ class GraphState:
 def triton_call(what: str) -> Iterator[None]:
     """Triton unreachable, restarting or without the model: a 503 naming `what`; a call past the client's limit
     (TRITON_CALL_TIMEOUT_S): a 504 saying so, not the request's own deadline."""
+    past_limit = DeadlineExceeded.at(
+        "model",
+        f"{what} did not answer one call within {TRITON_CALL_TIMEOUT_S:g} s, the limit BentoML's Triton runner "
+        "sets on each call to Triton (waiting in Triton's queue included): the server is busier than it can answer",
+    )
     try:
         yield
     except TRITON_ERRORS as error:
+        if QUEUE_TIMEOUT in str(error):  # the batcher dropped it at the same limit (model_catalog: default_queue_policy)
+            raise past_limit from None
         raise ModelUnavailable.at("model", f"{what} is not available right now: {error}") from None
     except TimeoutError:  # the request's own deadline cancels this task instead: CancelledError here
-        raise DeadlineExceeded.at(
-            "model",
-            f"{what} did not answer one call within {TRITON_CALL_TIMEOUT_S:g} s, the limit BentoML's Triton runner "
-            "sets on each call to Triton (waiting in Triton's queue included): the server is busier than it can "
-            "answer",
-        ) from None
+        raise past_limit from None
 
 
 def select_model(
