@@ -170,6 +170,7 @@ def contenders(size: str, checkpoint: Path, fp32: Path, int8: Path | None, token
 
 
 def parameters(checkpoint: Path) -> int:
+    """About how many parameters the checkpoint has: its layers' matrices and the token embeddings."""
     from transformers import EsmConfig
 
     config = EsmConfig.from_pretrained(checkpoint)
