@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,17 +43,22 @@ class EncoderShape:
         return self.layers * (2 * self.matmul_weights_per_layer * tokens + 4 * self.hidden * token_pairs)
 
 
-def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
-    """Best float32 GFLOP/s of a size×size torch.matmul with torch's default threads (2·n³ FLOPs a product)."""
-    left, right = torch.randn(size, size), torch.randn(size, size)
+def _best_rate(product: Callable[[], object], size: int, repeats: int) -> float:
+    """Best G(FL)OP/s of `product`, a size×size matrix product (2·n³ operations), after two warm-up runs."""
     for _ in range(2):
-        torch.matmul(left, right)
+        product()
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
-        torch.matmul(left, right)
+        product()
         best = min(best, time.perf_counter() - started)
     return 2 * size**3 / best / 1e9
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
+    """Best float32 GFLOP/s of a size×size torch.matmul with torch's default threads."""
+    left, right = torch.randn(size, size), torch.randn(size, size)
+    return _best_rate(lambda: torch.matmul(left, right), size, repeats)
 
 
 def int8_matmul_gops(recipe: Recipe, size: int = 2048, repeats: int = 10) -> float:
@@ -76,11 +82,4 @@ def int8_matmul_gops(recipe: Recipe, size: int = 2048, repeats: int = 10) -> flo
         quantize_onnx(fp32, int8, recipe)
         session = onnxruntime.InferenceSession(str(int8), providers=["CPUExecutionProvider"])
     feeds = {"left": rng.standard_normal((size, size)).astype(np.float32)}
-    for _ in range(2):
-        session.run(None, feeds)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        session.run(None, feeds)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best / 1e9
+    return _best_rate(lambda: session.run(None, feeds), size, repeats)

@@ -25,6 +25,7 @@ import requests
 
 from benchmarks.processes import start, stop
 from benchmarks.served_memory import USERS, embed_load, esm2nv_server, wait_idle, warm
+from benchmarks.workload import protein
 from runtimes.choice import cpu_model
 
 LENGTHS = (100, 300, 1000)
@@ -33,7 +34,7 @@ ESTIMATE = re.compile(r"take about ([\d,]+) s")
 
 def scan_cost(url: str, length: int) -> str:
     """The scan of a protein of `length` residues: answered in how long, or refused with the service's estimate."""
-    sequence = "".join(random.Random(length).choices("ACDEFGHIKLMNPQRSTVWY", k=length))
+    sequence = protein(random.Random(length), length)
     began = time.monotonic()
     response = requests.post(f"{url}/score", json={"sequence": sequence, "scan": True}, timeout=3600)
     took = time.monotonic() - began

@@ -134,20 +134,19 @@ def wait_idle(root: psutil.Process, timeout: float = 1800.0, busy_percent: float
     while time.monotonic() - started < timeout:
         tree = [root, *root.children(recursive=True)]
         for process in tree:
-            try:
-                process.cpu_percent()
-            except psutil.Error:
-                pass
+            _cpu_percent(process)  # starts its interval
         time.sleep(2)
-        busy = 0.0
-        for process in tree:
-            try:
-                busy += process.cpu_percent()
-            except psutil.Error:
-                pass
-        if busy < busy_percent:
+        if sum(map(_cpu_percent, tree)) < busy_percent:
             break
     return time.monotonic() - started
+
+
+def _cpu_percent(process: psutil.Process) -> float:
+    """Its share of a core since the last call; 0 for a process that has ended."""
+    try:
+        return process.cpu_percent()
+    except psutil.Error:
+        return 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- /embed at {USERS} users: {tokens_per_s:,.0f} tokens/s answered ({failures})", flush=True)
         drained = wait_idle(psutil.Process(running.process.pid))
         print(f"- work left running by timed-out requests ended {drained:.0f} s after the load", flush=True)
-        scan = "".join(random.Random(SCAN_RESIDUES).choices("ACDEFGHIKLMNPQRSTVWY", k=SCAN_RESIDUES))
+        scan = protein(random.Random(SCAN_RESIDUES), SCAN_RESIDUES)
         began = time.monotonic()
         response = requests.post(f"{running.url}/score", json={"sequence": scan, "scan": True}, timeout=3600)
         took = time.monotonic() - began

@@ -58,19 +58,22 @@ class GraphState:
 def triton_call(what: str) -> Iterator[None]:
     """Triton unreachable, restarting or without the model: a 503 naming `what`; a call past the client's limit
     (TRITON_CALL_TIMEOUT_S): a 504 saying so, not the request's own deadline."""
-    past_limit = DeadlineExceeded.at(
-        "model",
-        f"{what} did not answer one call within {TRITON_CALL_TIMEOUT_S:g} s, the limit BentoML's Triton runner "
-        "sets on each call to Triton (waiting in Triton's queue included): the server is busier than it can answer",
-    )
     try:
         yield
     except TRITON_ERRORS as error:
         if QUEUE_TIMEOUT in str(error):  # the batcher dropped it at the same limit (model_catalog: default_queue_policy)
-            raise past_limit from None
+            raise _past_call_limit(what) from None
         raise ModelUnavailable.at("model", f"{what} is not available right now: {error}") from None
     except TimeoutError:  # the request's own deadline cancels this task instead: CancelledError here
-        raise past_limit from None
+        raise _past_call_limit(what) from None
+
+
+def _past_call_limit(what: str) -> DeadlineExceeded:
+    return DeadlineExceeded.at(
+        "model",
+        f"{what} did not answer one call within {TRITON_CALL_TIMEOUT_S:g} s, the limit BentoML's Triton runner "
+        "sets on each call to Triton (waiting in Triton's queue included): the server is busier than it can answer",
+    )
 
 
 def select_model(
