@@ -1,0 +1,159 @@
+"""Files through a job against the stand-in service: order, the errors file, outputs, and resume after a stop or a
+`kill -9` at any point giving the uninterrupted run's file."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from bionemo_client import Client, InputError, JobFailed
+from bionemo_client.jobs import chunks
+from bionemo_client.journal import Journal, JournalMismatch
+from bionemo_client.records import read
+from bionemo_client.tasks import Embed
+from conftest import vector
+
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def fasta(path: Path, count: int, bad: tuple[int, ...] = ()) -> list[tuple[str, str]]:
+    """`count` proteins of 5-60 residues, two lines each, lower case; those at `bad` carry a J."""
+    generator = random.Random(count)
+    proteins = []
+    for index in range(count):
+        sequence = "".join(generator.choice(AMINO_ACIDS) for _ in range(generator.randint(5, 60)))
+        proteins.append((f"p{index}", sequence[:3] + "J" + sequence[3:] if index in bad else sequence))
+    path.write_text("".join(f">{name} protein {name}\n{seq[:20].lower()}\n{seq[20:]}\n" for name, seq in proteins))
+    return proteins
+
+
+def test_embed_writes_every_good_record_in_order_and_the_refused_to_the_errors_file(stand_in, tmp_path: Path) -> None:
+    proteins = fasta(tmp_path / "in.fasta", 300, bad=(5, 130))
+    summary = Client(stand_in.url, concurrency=3).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet")
+    table = pq.read_table(tmp_path / "out.parquet")
+    kept = [(name, seq.upper()) for i, (name, seq) in enumerate(proteins) if i not in (5, 130)]
+    assert table.column("id").to_pylist() == [name for name, _ in kept]
+    np.testing.assert_array_equal(np.asarray(table.column("embedding").to_pylist(), np.float32),
+                                  np.stack([vector(seq) for _, seq in kept]))  # fmt: skip
+    errors = pacsv.read_csv(tmp_path / "out.errors.csv").to_pylist()
+    assert [(row["id"], row["line"]) for row in errors] == [("p5", 16), ("p130", 391)]
+    assert "HTTP 422 invalid_request: sequences[" in errors[0]["reason"] and "'J' is not an amino acid" in errors[0]["reason"]
+    assert (summary.records, summary.failed, summary.done) == (300, 2, 298)
+    assert not (tmp_path / "out.parquet.partial").exists()
+    assert max(len(body["sequences"]) for body in stand_in.bodies) == 64
+
+
+def test_npz_holds_ids_and_embeddings(stand_in, tmp_path: Path) -> None:
+    proteins = fasta(tmp_path / "in.fasta", 70)
+    Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.npz")
+    saved = np.load(tmp_path / "out.npz")
+    assert saved["ids"].tolist() == [name for name, _ in proteins]
+    np.testing.assert_array_equal(saved["embeddings"], np.stack([vector(seq.upper()) for _, seq in proteins]))
+
+
+def test_a_refusal_every_record_shares_stops_the_job(stand_in, tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 10)
+    with pytest.raises(JobFailed, match="HTTP 422 unknown_model"):  # the stand-in serves megamolbart's /models only
+        Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet", model="megamolbart")
+    with pytest.raises(InputError, match="model 'esm2nv-typo' is not served here; served: esm2nv, megamolbart"):
+        Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet", model="esm2nv-typo")
+
+
+def test_chunks_are_the_same_every_time_and_within_the_limits(tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 500)
+    task = Embed("esm2nv", max_items=64, max_residues=1000)
+    first = [[r.index for r in chunk.records] for chunk in chunks(read(tmp_path / "in.fasta"), task)]
+    again = [[r.index for r in chunk.records] for chunk in chunks(read(tmp_path / "in.fasta"), task)]
+    assert first == again and sum(len(indices) for indices in first) == 500
+    assert all(len(indices) <= 64 for indices in first)
+
+
+def test_a_stopped_job_resumes_sending_only_what_is_missing_and_writes_the_same_bytes(
+    stand_in, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fasta(tmp_path / "in.fasta", 1000, bad=(7,))
+    monkeypatch.setattr(Journal, "FLUSH_ROWS", 100)
+    Client(stand_in.url, concurrency=1).embed_file(tmp_path / "in.fasta", tmp_path / "whole.parquet")
+    stand_in.bodies.clear()
+    stand_in.fail_after = 6
+    with pytest.raises(JobFailed, match="HTTP 500"):
+        Client(stand_in.url, concurrency=1).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet")
+    sent_before = [seq for body in stand_in.bodies[:6] for seq in body["sequences"]]
+    assert list((tmp_path / "out.parquet.partial").glob("*-*.arrow")), "nothing was journaled"
+    stand_in.bodies.clear()
+    stand_in.fail_after = None
+    summary = Client(stand_in.url, concurrency=1).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet")
+    sent_after = [seq for body in stand_in.bodies for seq in body["sequences"]]
+    assert summary.resumed > 0 and summary.records == 1000 and summary.failed == 1
+    assert not set(sent_before[: summary.resumed - 1]) & set(sent_after[: 10])
+    assert (tmp_path / "out.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    assert (tmp_path / "out.errors.csv").read_bytes() == (tmp_path / "whole.errors.csv").read_bytes()
+
+
+def test_another_jobs_partial_results_are_not_resumed(stand_in, tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 10)
+    stand_in.fail_after = 0
+    with pytest.raises(JobFailed):
+        Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet")
+    stand_in.fail_after = None
+    with pytest.raises(JournalMismatch, match="--restart"):
+        Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet", pooling="cls")
+    Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet", pooling="cls", restart=True)
+    assert pq.read_table(tmp_path / "out.parquet").num_rows == 10
+
+
+def cli(stand_in, *args: str) -> list[str]:
+    return [sys.executable, "-m", "bionemo_client.cli", *args, "--url", stand_in.url]
+
+
+def test_kill_9_at_any_point_then_the_same_command_gives_the_uninterrupted_file(stand_in, tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 3000, bad=(11, 2500))
+    command = cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.parquet"), "--concurrency", "2")
+    whole = cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "whole.parquet"))
+    assert subprocess.run(whole, capture_output=True).returncode == 0
+    stand_in.delay = 0.1  # a few seconds a run: a segment every 2 s
+    partial = tmp_path / "out.parquet.partial"
+
+    def segments() -> int:
+        return len([path for path in partial.glob("*-*.arrow") if not path.name.endswith(".errors.arrow")])
+
+    for killed_after in (0, 1, 2):  # segments journaled when the kill comes: none, the first, one more
+        running = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while (segments() < killed_after or (killed_after == 0 and not partial.exists())) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(running.pid, signal.SIGKILL)
+        running.wait()
+        assert segments() >= killed_after and not (tmp_path / "out.parquet").exists()
+    stand_in.delay = 0.0
+    finished = subprocess.run(command, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    assert "from an earlier run" in finished.stderr
+    assert (tmp_path / "out.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    assert (tmp_path / "out.errors.csv").read_bytes() == (tmp_path / "whole.errors.csv").read_bytes()
+
+
+def test_on_a_pipe_there_is_no_progress_bar_only_the_summary(stand_in, tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 100, bad=(3,))
+    done = subprocess.run(cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "o.parquet")),
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("embed: 99 done, 1 failed (see ") and "records/s" in line, line
+
+
+def test_an_output_the_command_cannot_write_is_a_usage_error(stand_in, tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 3)
+    done = subprocess.run(cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "o.csv")),
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "embed writes parquet, npz, not csv" in done.stderr
