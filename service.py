@@ -19,6 +19,7 @@ from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
 from serving.fronts.bentoml.schema import ServesSchemaJSON
 from serving.fronts.bionemo_grpc import servicers as bionemo_grpc
+from serving.fronts.dataframe import routes as dataframe_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
 from serving.metrics import MergeTritonMetrics
@@ -48,6 +49,7 @@ engine = Engine(triton, registry, limits)
 endpoint = Endpoints(svc, admission)
 native_api.mount(endpoint, engine, registry, settings.max_request_bytes)
 openai_api.mount(endpoint, engine, registry, settings.max_request_bytes)
+dataframe_api.mount(endpoint, engine, settings.max_request_bytes)  # tables: bentoml.batch.run_in_spark
 # The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.
 if settings.admin_token is not None:
     native_api.mount_admin(endpoint, registry, settings.admin_token, settings.max_request_bytes)

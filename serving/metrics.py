@@ -77,8 +77,8 @@ TRITON_FETCH_TIMEOUT_S = 0.5
 
 def model_label(parsed: Any, default: str) -> str:
     """The catalogued model a request names (its `model` field), else `default`: never a client's free text."""
-    name = getattr(parsed, "model", None)
-    return name if name in MODELS else default
+    name = getattr(parsed, "model", None)  # a DataFrame's is its column `model`, where it has one: not a name
+    return name if isinstance(name, str) and name in MODELS else default
 
 
 # The series of each label set, looked up once per worker: `labels()` costs ~2.5 us a call (a lock, a dict, its checks).

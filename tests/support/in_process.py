@@ -22,6 +22,7 @@ from serving.engine.engine import Engine
 from serving.engine.limits import RequestLimits
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.endpoints import Endpoints
+from serving.fronts.dataframe import routes as dataframe_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
 from serving.startup.settings import MAX_BODY, MAX_IN_FLIGHT, MAX_SCORE_PASSES, MAX_SEQUENCES, REQUEST_TIMEOUT
@@ -113,7 +114,7 @@ def engine_over(
 
 
 class InProcessService:
-    """The native, OpenAI (and, with an admin token, admin) routes over an Engine on `runner`, with the service's
+    """The native, OpenAI, DataFrame (and, with an admin token, admin) routes over an Engine on `runner`, with the service's
     default limits unless told others."""
 
     def __init__(
@@ -132,6 +133,7 @@ class InProcessService:
         endpoint = Endpoints(service, Admission(int(MAX_IN_FLIGHT.default), float(REQUEST_TIMEOUT.default)))
         native_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
         openai_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
+        dataframe_api.mount(endpoint, self.engine, max_request_bytes)
         if admin_token is not None:
             native_api.mount_admin(endpoint, self.registry, admin_token, max_request_bytes)
         self.routes = service.routes

@@ -11,6 +11,8 @@ What the client does with each route (`_bentoml_impl.client.http.HTTPClient._bui
 - an ndarray input is a `root_input` tensor, called with the array as the one positional argument; the client then
   sends the array's JSON, as /decode/ndarray takes it;
 - an ndarray output is a tensor (BentoML's `TensorSchema`), read back as a numpy array of its dtype;
+- a DataFrame input (/embed/dataframe) is a `root_input` list of JSON records, called with the list as the one
+  positional argument and sent as JSON; its output, a Parquet file, is a binary string: the client answers its bytes;
 - every other output comes back as the JSON it is, walked along the schema, which keeps only declared properties.
 Refs are inlined whole, unions included: BentoML's own `_flatten_field` keeps only the first branch of an `anyOf`, and
 the client would then read each base64 string of `embeddings: list[list[float]] | list[str]` as a list of characters.
@@ -25,12 +27,12 @@ import numpy as np
 from _bentoml_sdk.validators import TensorSchema
 from bentoml._internal.service.openapi import make_api_path
 from bentoml._internal.service.openapi.utils import REF_PREFIX
-from bentoml.io import IODescriptor, NumpyNdarray
+from bentoml.io import IODescriptor, NumpyNdarray, PandasDataFrame
 from pydantic import TypeAdapter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.fronts.bentoml.descriptors import NoInput
+from serving.fronts.bentoml.descriptors import JSON_RECORDS, NoInput
 
 if t.TYPE_CHECKING:
     import bentoml
@@ -38,6 +40,8 @@ if t.TYPE_CHECKING:
 SCHEMA_PATH = "/schema.json"
 TAKES_NOTHING: dict[str, Any] = {"type": "object", "properties": {}}
 """A new-style API without parameters: the client's method takes no arguments; it POSTs `{}`, which NoInput ignores."""
+FILE_BYTES: dict[str, Any] = {"type": "string", "format": "binary"}
+"""An answer the client hands back as the bytes it received (a DataFrame's Parquet file)."""
 
 
 def _inlined(schema: Any, definitions: dict[str, Any], enclosing: frozenset[str] = frozenset()) -> Any:
@@ -67,6 +71,8 @@ def _body_schema(descriptor: IODescriptor, content: dict[str, Any], definitions:
     """One side of an API: a tensor for an ndarray, else the JSON schema /docs.json gives it, refs inlined."""
     if isinstance(descriptor, NumpyNdarray):
         return tensor_schema(descriptor)
+    if isinstance(descriptor, PandasDataFrame):  # the client sends a table as JSON records
+        return _inlined(content[JSON_RECORDS]["schema"], definitions)
     return _inlined(content[descriptor.mime_type]["schema"], definitions)
 
 
@@ -76,8 +82,8 @@ def route_schema(api: Any, operation: dict[str, Any], definitions: dict[str, Any
         input_schema = dict(TAKES_NOTHING)
     else:
         input_schema = _body_schema(api.input, operation["requestBody"]["content"], definitions)
-        if isinstance(api.input, NumpyNdarray):
-            input_schema["root_input"] = True  # the body is the array itself, not an object of named arguments
+        if isinstance(api.input, (NumpyNdarray, PandasDataFrame)):
+            input_schema["root_input"] = True  # the body is the array (the records) itself, not named arguments
     (success,) = [response for status, response in operation["responses"].items() if int(status) == 200]
     return {
         "name": api.name,
@@ -86,7 +92,9 @@ def route_schema(api: Any, operation: dict[str, Any], definitions: dict[str, Any
         "doc": api.doc,  # what the client reads for its method's __doc__
         "batchable": False,
         "input": input_schema,
-        "output": _body_schema(api.output, success["content"], definitions),
+        "output": dict(FILE_BYTES) if isinstance(api.output, PandasDataFrame) else _body_schema(
+            api.output, success["content"], definitions
+        ),
         "is_task": False,
     }
 
