@@ -22,7 +22,7 @@ EXPORT_SOURCES := model_catalog.py \
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install models serve serve-grpc test test-fast audit lock image bench bench-growth soak clean FORCE
+.PHONY: install models serve serve-grpc test test-fast test-client audit lock image bench bench-growth soak clean FORCE
 
 install: $(INSTALLED) $(TRITON_READY)
 
@@ -70,14 +70,27 @@ $(CONTAINER_ENGINE_READY): $(INSTALLED) container/engine.py
 	$(BIN)/python -m container.engine --provision
 	touch $@
 
+# The client package (clients/python) in an environment of its own, without the server's packages: its own tests
+# there, against a stand-in; the server's end-to-end tests run its CLI from there against the real service.
+CLIENT_VENV := .venv-client
+CLIENT_READY := $(CLIENT_VENV)/.installed
+
+$(CLIENT_READY): clients/python/pyproject.toml
+	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install --quiet -e './clients/python[test]'
+	touch $@
+
+test-client: $(CLIENT_READY)
+	cd clients/python && ../../$(CLIENT_VENV)/bin/python -m pytest -q
+
 # The audit after the tests: a new advisory fails `make test` without hiding the tests' results.
-test: install models $(CONTAINER_ENGINE_READY)
+test: install models $(CONTAINER_ENGINE_READY) test-client
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory audit
 
 # The fast layer, in under 2 minutes: every test but the e2e ones (the real service, the exporter, runtime timings, the
 # default export) and the image's (pyproject.toml's markers). It needs no model export and no container engine.
-test-fast: install
+test-fast: install test-client
 	$(BIN)/python -m pytest -m "not e2e and not container"
 
 # Every target's image pins (container/requirements-*.lock) against OSV's advisories, with pip-audit: exit 1 on a
@@ -176,4 +189,4 @@ image: install models
 	$(BIN)/python -m container.image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) --target $(TARGET)
 
 clean:
-	rm -rf $(VENV) checkpoints model_repository/*/ $(MODELS_READY) $(PRECISION_ASKED) model_repository-*/
+	rm -rf $(VENV) $(CLIENT_VENV) checkpoints model_repository/*/ $(MODELS_READY) $(PRECISION_ASKED) model_repository-*/
