@@ -122,30 +122,38 @@ def run(
     bar = tqdm(total=total, initial=journal.resumed_records, unit="seq", disable=not show, dynamic_ncols=True,
                smoothing=0.05, file=sys.stderr)  # fmt: skip
     try:
-        _answer_in_order(task, service, items, journal, bar, concurrency)
+        with outputs.open_output(output, task.schema, task.file_metadata) as written:
+            for batch in journal.rows():  # what earlier runs did, then what this one does, as it comes
+                written.write(batch)
+            _answer_in_order(task, service, items, journal, written, bar, concurrency)
+            written.close()
     finally:
         bar.close()
-    outputs.write(output, task.schema, journal.rows, task.file_metadata)
     errors = errors_path(output)
     failures = pa.concat_tables([*journal.failures(), FAILURES.empty_table()])
-    outputs.write(errors, FAILURES, lambda: iter(failures.to_batches()))
+    with outputs.open_output(errors, FAILURES) as refused:
+        refused.write(failures)
+        refused.close()
     journal.remove()
     return Summary(type(task).__name__.lower(), journal.records, failures.num_rows, journal.resumed_records,
                    time.monotonic() - started, output, errors, str(service.retried))  # fmt: skip
 
 
 def _answer_in_order(
-    task: Task, service: Service, items: Iterable[Item], journal: Journal, bar: tqdm, concurrency: int
+    task: Task, service: Service, items: Iterable[Item], journal: Journal, written: outputs.Output, bar: tqdm,
+    concurrency: int,
 ) -> None:
-    """Chunks answered `concurrency` requests at a time, handed to the journal in input order; on a failure, what
-    came before it is journaled and the failure raised."""
+    """Chunks answered `concurrency` requests at a time, handed in input order to the journal, and each segment the
+    journal commits to the output; on a failure, what came before it is journaled and the failure raised."""
     with ThreadPoolExecutor(concurrency, "chunk") as chunk_pool, ThreadPoolExecutor(concurrency, "request") as requests:
         pending: deque[tuple[Chunk, Future[tuple[pa.Table, list[Failure]]]]] = deque()
 
         def commit() -> None:
             chunk, answered = pending.popleft()
             rows, failures = answered.result()
-            journal.add(chunk.number, rows, failures, chunk.size)
+            committed = journal.add(chunk.number, rows, failures, chunk.size)
+            if committed is not None:
+                written.write(committed)
             bar.update(chunk.size)
 
         try:
@@ -160,7 +168,9 @@ def _answer_in_order(
         finally:
             for _, answered in pending:
                 answered.cancel()
-            journal.flush()
+            committed = journal.flush()
+            if committed is not None:
+                written.write(committed)
 
 
 def answer_chunk(

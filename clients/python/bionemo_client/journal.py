@@ -94,18 +94,22 @@ class Journal:
                 path.unlink()
         return kept
 
-    def add(self, chunk: int, rows: pa.Table, failures: list[tuple[str, int, str]], records: int) -> None:
+    def add(
+        self, chunk: int, rows: pa.Table, failures: list[tuple[str, int, str]], records: int
+    ) -> pa.Table | None:
         """Chunk `chunk`'s rows and refused records (id, line, reason); chunks come in order. Written in segments of
-        about FLUSH_ROWS rows or FLUSH_SECONDS, whichever comes first."""
+        about FLUSH_ROWS rows or FLUSH_SECONDS, whichever comes first: the rows of a segment written now, if one is."""
         self._pending.append((chunk, rows, failures, records))
         self.records += records
         self._pending_rows += rows.num_rows + len(failures)
         if self._pending_rows >= self.FLUSH_ROWS or time.monotonic() - self._last_flush >= self.FLUSH_SECONDS:
-            self.flush()
+            return self.flush()
+        return None
 
-    def flush(self) -> None:
+    def flush(self) -> pa.Table | None:
+        """Write what was added since the last segment as one; its rows, or None where nothing was."""
         if not self._pending:
-            return
+            return None
         first, last = self._pending[0][0], self._pending[-1][0]
         segment = Segment(first, last, self.folder / f"{first:09d}-{last:09d}.arrow")
         rows = pa.concat_tables([rows for _, rows, _, _ in self._pending])
@@ -116,6 +120,7 @@ class Journal:
         _write_table(segment.path, rows.replace_schema_metadata({RECORDS_KEY: str(records).encode()}))
         self.segments.append(segment)
         self._pending, self._pending_rows, self._last_flush = [], 0, time.monotonic()
+        return rows
 
     def rows(self) -> Iterator[pa.RecordBatch]:
         """Every row written so far, in input order, one record batch at a time."""

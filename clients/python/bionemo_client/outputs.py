@@ -1,16 +1,19 @@
-"""The output file, written from the journal's rows one batch at a time (memory stays flat), then renamed into place.
+"""The output file, written as rows come, one batch at a time (memory stays flat), then renamed into place.
 
 Parquet (list columns for vectors and matrices), CSV or TSV for flat rows (scores, SMILES), and `.npz` for
-embeddings: `ids` and `embeddings` [n, dim] (or [n, layers, dim]). The bytes depend on the rows alone, not on how a
-run was cut and resumed: Parquet row groups have a size fixed by the first row, and the `.npz` entries a fixed date.
+embeddings: `ids` and `embeddings` [n, dim] (or [n, layers, dim]). A resumed job writes the rows an earlier run
+journaled first, then goes on: the bytes depend on the rows alone, not on where a run was cut. Parquet row groups
+have a size fixed by the first row; `.npz` entries a fixed date.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import zipfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -18,11 +21,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 OUTPUT_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv", ".npz": "npz"}
-ROW_GROUP_BYTES = 32 * 1024 * 1024
+ROW_GROUP_BYTES = 4 * 1024 * 1024
+"""About the bytes of one Parquet row group: what the writer holds at once, for a million rows or ten thousand."""
 FIXED_DATE = (1980, 1, 1, 0, 0, 0)
-
-Batches = Callable[[], Iterator[pa.RecordBatch]]
-"""Gives the rows afresh, in order, each time it is called (the journal's segments)."""
 
 
 def output_format(path: Path) -> str:
@@ -32,68 +33,138 @@ def output_format(path: Path) -> str:
     return fmt
 
 
-def write(path: Path, schema: pa.Schema, batches: Batches, metadata: dict[str, str] | None = None) -> None:
-    """The rows `batches` gives, as `path`'s format, written beside it and renamed into place."""
-    writers = {"parquet": _parquet, "csv": _delimited, "tsv": _delimited, "npz": _npz}
-    temporary = path.with_name(path.name + ".tmp")
-    writers[output_format(path)](temporary, output_format(path), schema, batches, metadata or {})
-    os.replace(temporary, path)
+class Output:
+    """Rows into `path`'s format, written beside it (`path.tmp`) and renamed into place by `close`."""
+
+    def __init__(self, path: Path, schema: pa.Schema, metadata: dict[str, str] | None = None) -> None:
+        self.path, self.schema = path, schema.with_metadata(metadata) if metadata else schema
+        self.temporary = path.with_name(path.name + ".tmp")
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._finish()
+        os.replace(self.temporary, self.path)
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        """On success, nothing (the caller closes when it is done); on an error, the temporary files are removed."""
+        if failed is not None:
+            for path in self._temporaries():
+                path.unlink(missing_ok=True)
+
+    def _temporaries(self) -> list[Path]:
+        return [self.temporary]
 
 
-def _parquet(path: Path, fmt: str, schema: pa.Schema, batches: Batches, metadata: dict[str, str]) -> None:
-    with pq.ParquetWriter(path, schema.with_metadata(metadata) if metadata else schema) as writer:
-        group_rows, held, held_rows = 0, [], 0
-        for batch in batches():
-            if not group_rows and batch.num_rows:
-                group_rows = max(1, min(65_536, ROW_GROUP_BYTES // max(1, batch.slice(0, 1).nbytes)))
-            held.append(batch)
-            held_rows += batch.num_rows
-            while group_rows and held_rows >= group_rows:
-                table = pa.Table.from_batches(held, schema=schema)
-                writer.write_table(table.slice(0, group_rows).replace_schema_metadata(writer.schema.metadata))
-                rest = table.slice(group_rows)
-                held, held_rows = rest.to_batches(), rest.num_rows
-        if held_rows or not group_rows:
-            table = pa.Table.from_batches(held, schema=schema)
-            writer.write_table(table.replace_schema_metadata(writer.schema.metadata))
+def open_output(path: Path, schema: pa.Schema, metadata: dict[str, str] | None = None) -> Output:
+    outputs = {"parquet": ParquetOutput, "csv": DelimitedOutput, "tsv": DelimitedOutput, "npz": NpzOutput}
+    return outputs[output_format(path)](path, schema, metadata)
 
 
-def _delimited(path: Path, fmt: str, schema: pa.Schema, batches: Batches, metadata: dict[str, str]) -> None:
-    options = pacsv.WriteOptions(delimiter="\t" if fmt == "tsv" else ",", quoting_style="needed")
-    with pacsv.CSVWriter(str(path), schema, write_options=options) as writer:
-        for batch in batches():
-            writer.write_batch(batch)
+class ParquetOutput(Output):
+    """Row groups of a fixed number of rows (ROW_GROUP_BYTES over the first row's bytes), whatever the batches."""
+
+    def __init__(self, path: Path, schema: pa.Schema, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(path, schema, metadata)
+        self._writer = pq.ParquetWriter(self.temporary, self.schema)
+        self._group_rows = 0
+        self._held: list[pa.RecordBatch] = []
+        self._held_rows = 0
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if not self._group_rows:
+                self._group_rows = max(1, min(65_536, ROW_GROUP_BYTES // max(1, batch.slice(0, 1).nbytes)))
+            self._held.append(batch.replace_schema_metadata(self.schema.metadata))
+            self._held_rows += batch.num_rows
+            while self._held_rows >= self._group_rows:  # slices of tables of batches: no copy
+                table = pa.Table.from_batches(self._held, schema=self.schema)
+                self._writer.write_table(table.slice(0, self._group_rows), row_group_size=self._group_rows)
+                rest = table.slice(self._group_rows)
+                self._held, self._held_rows = rest.to_batches(), rest.num_rows
+
+    def _finish(self) -> None:
+        if self._held_rows or not self._group_rows:
+            table = pa.Table.from_batches(self._held, schema=self.schema)
+            self._writer.write_table(table, row_group_size=max(1, self._group_rows))
+        self._writer.close()
 
 
-def _npz(path: Path, fmt: str, schema: pa.Schema, batches: Batches, metadata: dict[str, str]) -> None:
-    """`ids` and `embeddings`, streamed into the zip as .npy entries: one pass for the shapes, one for the values."""
-    rows, id_length, shape = 0, 1, None
-    for batch in batches():
-        rows += batch.num_rows
-        if batch.num_rows:
-            id_length = max(id_length, max(len(identifier) for identifier in batch.column(0).to_pylist()))
-            shape = shape or np.asarray(batch.column(1)[0].as_py(), np.float32).shape
-    shape = shape or (0,)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        _npy_entry(archive, "ids.npy", np.dtype(f"<U{id_length}"), (rows,),
-                   (np.asarray(batch.column(0).to_pylist(), f"<U{id_length}") for batch in batches()))  # fmt: skip
-        _npy_entry(archive, "embeddings.npy", np.dtype("<f4"), (rows, *shape),
-                   (_stacked(batch.column(1), shape) for batch in batches()))  # fmt: skip
+class DelimitedOutput(Output):
+    def __init__(self, path: Path, schema: pa.Schema, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(path, schema)
+        options = pacsv.WriteOptions(delimiter="\t" if output_format(path) == "tsv" else ",", quoting_style="needed")
+        self._writer = pacsv.CSVWriter(str(self.temporary), schema, write_options=options)
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        self._writer.write(rows.replace_schema_metadata(None))
+
+    def _finish(self) -> None:
+        self._writer.close()
 
 
-def _stacked(column: pa.Array, shape: tuple[int, ...]) -> np.ndarray:
-    flat = column.flatten()
+class NpzOutput(Output):
+    """`ids` and `embeddings` as .npy entries of a zip. Their shapes are known at the end only: the values go to two
+    side files as they come, and into the zip, streamed, at `close`."""
+
+    def __init__(self, path: Path, schema: pa.Schema, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(path, schema)
+        self._ids_path = path.with_name(path.name + ".ids.tmp")
+        self._values_path = path.with_name(path.name + ".values.tmp")
+        self._ids: BinaryIO = self._ids_path.open("wb")
+        self._values: BinaryIO = self._values_path.open("wb")
+        self._rows, self._id_length, self._shape = 0, 1, None
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        if not rows.num_rows:
+            return
+        ids = rows.column(0).to_pylist()
+        self._ids.write("".join(json.dumps(identifier) + "\n" for identifier in ids).encode())
+        self._id_length = max(self._id_length, *(len(identifier) for identifier in ids))
+        if self._shape is None:
+            self._shape = np.asarray(rows.column(1)[0].as_py(), np.float32).shape
+        self._values.write(_stacked(rows.column(1), self._shape).tobytes())
+        self._rows += rows.num_rows
+
+    def _finish(self) -> None:
+        self._ids.close()
+        self._values.close()
+        shape = self._shape or (0,)
+        with zipfile.ZipFile(self.temporary, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            with self._entry(archive, "ids.npy", np.dtype(f"<U{self._id_length}"), (self._rows,)) as entry:
+                with self._ids_path.open("rb") as ids:
+                    for lines in iter(lambda: ids.readlines(1 << 20), []):
+                        entry.write(np.asarray([json.loads(line) for line in lines], f"<U{self._id_length}").tobytes())
+            with self._entry(archive, "embeddings.npy", np.dtype("<f4"), (self._rows, *shape)) as entry:
+                with self._values_path.open("rb") as values:
+                    shutil.copyfileobj(values, entry, 1 << 20)
+        self._ids_path.unlink()
+        self._values_path.unlink()
+
+    def _temporaries(self) -> list[Path]:
+        return [self.temporary, self._ids_path, self._values_path]
+
+    @staticmethod
+    def _entry(archive: zipfile.ZipFile, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> BinaryIO:
+        entry = archive.open(zipfile.ZipInfo(name, date_time=FIXED_DATE), "w", force_zip64=True)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_2_0(entry, header)
+        return entry
+
+
+def _stacked(column: pa.Array | pa.ChunkedArray, shape: tuple[int, ...]) -> np.ndarray:
+    """A list (or list of lists) column of equal-shaped float rows as one [rows, *shape] little-endian float32 array."""
+    flat = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     while pa.types.is_list(flat.type):
         flat = flat.flatten()
     return flat.to_numpy(zero_copy_only=False).astype("<f4", copy=False).reshape(-1, *shape)
-
-
-def _npy_entry(
-    archive: zipfile.ZipFile, name: str, dtype: np.dtype, shape: tuple[int, ...], parts: Iterator[np.ndarray]
-) -> None:
-    info = zipfile.ZipInfo(name, date_time=FIXED_DATE)
-    with archive.open(info, "w", force_zip64=True) as entry:
-        np.lib.format.write_array_header_2_0(entry, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                                     "fortran_order": False, "shape": shape})  # fmt: skip
-        for part in parts:
-            entry.write(np.ascontiguousarray(part, dtype=dtype).tobytes())
