@@ -32,7 +32,6 @@ FIRST_PARTY = (
     "model_catalog",
     "service",
     "build_bento",
-    "bionemo_client",
     "locustfile",
     "tools",
     "benchmarks",
@@ -57,7 +56,7 @@ LAYERS = (
     Layer("serving", ("serving",), apart_from=("exporter",)),
     Layer(
         "entry points",
-        ("service", "build_bento", "bionemo_client", "locustfile", "tools", "benchmarks", "container"),
+        ("service", "build_bento", "locustfile", "tools", "benchmarks", "container"),
     ),
 )
 """Bottom first."""
