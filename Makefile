@@ -109,6 +109,9 @@ BENCH_READY := $(VENV)/.bench-installed
 BENCH_SECONDS ?= 10
 BENCH_USERS ?= 1 4 16 32
 BENCH_GENERATE_USERS ?= 1 16
+# The client package on a 10,000-protein FASTA against the service's saturation, then on a 1,000,000-protein one for
+# this long (its memory must not grow with the file; benchmarks/client_files.py).
+BENCH_CLIENT_SECONDS ?= 600
 
 $(BENCH_READY): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[bench]'
@@ -124,9 +127,10 @@ SIZED_REPOSITORY := model_repository-$(MODEL_SIZE)
 # 256 proteins, would take about 6 minutes a contender and repeat).
 REAL_SIZES_OPTIONS := $(if $(filter 650M,$(MODEL_SIZE)),--workloads 8x256 --repeats 1)
 
-bench: install models $(BENCH_READY)
+bench: install models $(BENCH_READY) $(CLIENT_READY)
 ifeq ($(MODEL_SIZE),)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
+	$(BIN)/python -m benchmarks.client_files --million-seconds $(BENCH_CLIENT_SECONDS)
 else
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
