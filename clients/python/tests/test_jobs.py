@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import select
 import random
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -158,3 +163,35 @@ def test_an_output_the_command_cannot_write_is_a_usage_error(stand_in, tmp_path:
     done = subprocess.run(cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "o.csv")),
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2 and "embed writes parquet, npz, not csv" in done.stderr
+
+
+def test_on_a_terminal_a_progress_bar_shows_the_rate_and_the_time_left(stand_in, tmp_path: Path) -> None:
+    fasta(tmp_path / "in.fasta", 400)
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 columns wide
+    done = subprocess.run(cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "o.parquet")),
+                          stdout=subprocess.DEVNULL, stderr=terminal, timeout=60)  # fmt: skip
+    os.close(terminal)
+    shown = b""
+    while select.select([controller], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert done.returncode == 0
+    text = shown.decode(errors="replace")
+    assert "400/400" in text and "seq/s" in text and "<00:" in text, text  # done of total, the rate, the time left
+    assert text.rstrip().splitlines()[-1].startswith("embed: 400 done, 0 failed")
+
+
+def test_embed_in_memory_chunks_within_the_limits(stand_in) -> None:
+    sequences = ["mkt" * (i % 7 + 1) for i in range(150)]
+    vectors = Client(stand_in.url).embed(sequences)
+    np.testing.assert_array_equal(vectors, np.stack([vector(sequence.upper()) for sequence in sequences]))
+    assert [len(body["sequences"]) for body in stand_in.bodies] == [64, 64, 22]
+    with pytest.raises(JobFailed, match=r"sequences\[1\]: HTTP 422"):
+        Client(stand_in.url).embed(["MKT", "MJK"])
