@@ -57,12 +57,11 @@ class Task:
     """Written into a Parquet output's schema metadata."""
     max_items: int = 64
     max_residues: int = 32_768
+    record_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields that, refused, refuse the request's one record (a scan's `sequence`), where a request carries one."""
 
     def requests(self, records: list[Record]) -> list[dict[str, Any]]:
         return [{"model": self.model, self.item_field: [record.text for record in records], **self.options()}]
-
-    record_fields: ClassVar[tuple[str, ...]] = ()
-    """Fields that, refused, refuse the request's one record (a scan's `sequence`), where a request carries one."""
 
     def options(self) -> dict[str, Any]:
         """The request's fields besides the model and the records, as sent."""
