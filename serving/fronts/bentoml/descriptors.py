@@ -383,7 +383,8 @@ class ValidatedDataFrame(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.PandasDat
         if media_type not in DATAFRAME_MEDIA_TYPES:
             return UnsupportedMediaType.at(
                 "content-type",
-                f"{media_type!r} is not accepted; send Parquet ({PARQUET}), JSON records ({JSON_RECORDS}) or CSV ({CSV})",
+                f"{media_type!r} is not accepted; send Parquet ({PARQUET}), JSON records ({JSON_RECORDS}) or CSV "
+                f"({CSV})",
             )
         body = await _body(request, self.max_bytes)
         if isinstance(body, ServiceError):

@@ -38,11 +38,14 @@ CALLS_IN_FLIGHT = 2
 """Engine calls one frame keeps in flight: while one call's last chunks finish, the next one's are at Triton (each
 call keeps its own four chunks in flight, serving/engine/graphs.py)."""
 INT64 = (-(2**63), 2**63 - 1)
+PANDAS_NULLS = ("NAType", "NaTType")
+_ID_KINDS = {"string": "a string", "integer": "an integer"}
 _ENGINE_FIELD = re.compile(r"sequences\[(\d+)\](.*)")
 
 
 def _is_null(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ in ("NAType", "NaTType")
+    """None, NaN, or pandas' NA and NaT: what a frame holds where a row has no value."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ in PANDAS_NULLS
 
 
 def _id_kind(value: Any) -> str | None:
@@ -71,7 +74,8 @@ def frame_rows(frame: pd.DataFrame) -> tuple[list[Any], list[str]]:
     if problems:
         raise InvalidRequest(problems)
     ids, sequences = frame["id"].tolist(), frame["sequence"].tolist()
-    first_kind = next((kind for kind in map(_id_kind, ids) if kind), None)
+    first = next((row for row, identifier in enumerate(ids) if _id_kind(identifier)), None)
+    first_kind = None if first is None else _id_kind(ids[first])
     for row, (identifier, sequence) in enumerate(zip(ids, sequences)):
         kind = None if _is_null(identifier) else _id_kind(identifier)
         if _is_null(identifier):
@@ -79,7 +83,8 @@ def frame_rows(frame: pd.DataFrame) -> tuple[list[Any], list[str]]:
         elif kind is None:
             problems.append(FieldProblem(f"rows[{row}].id", "should be a string or an integer (int64)"))
         elif kind != first_kind:
-            problems.append(FieldProblem(f"rows[{row}].id", f"is a {kind}, where earlier ids are {first_kind}s: one type"))
+            mixed = f"is {_ID_KINDS[kind]}, where rows[{first}].id is {_ID_KINDS[first_kind]}: ids are of one type"
+            problems.append(FieldProblem(f"rows[{row}].id", mixed))
         if _is_null(sequence):
             problems.append(FieldProblem(f"rows[{row}].sequence", f"is missing (null){_of(identifier)}"))
         elif not isinstance(sequence, str):
