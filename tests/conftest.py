@@ -4,9 +4,11 @@ models the exporter's and the runtimes' tests export once. What they are built f
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from support import bento
 from support.checkpoints import TinyModels
 from support.image_build import ImageBuild
 from support.service import RunningService, start_launcher, stop_service
@@ -20,6 +22,18 @@ def service() -> Iterator[RunningService]:
     running = start_launcher()
     yield running
     stop_service(running)
+
+
+@pytest.fixture(scope="session")
+def bento_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BentoML home (bento store) of the session's own."""
+    return tmp_path_factory.mktemp("bentoml-home")
+
+
+@pytest.fixture(scope="session")
+def cpu_bento(bento_home: Path) -> Path:
+    """build_bento.py's cpu bento, built once a session: its folder in `bento_home`'s store."""
+    return bento.build(bento_home, "cpu")
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from build_bento import repository_is_complete
+from support.bento import bentoml_environment, build
 from support.paths import ROOT
 from model_catalog import MODELS
 from runtimes.engines import SHARED_WEIGHTS
@@ -36,24 +37,6 @@ def pins(requirements: str) -> set[str]:
     return {line.strip() for line in requirements.splitlines() if "==" in line and not line.lstrip().startswith("#")}
 
 
-def bentoml_environment(home: Path) -> dict[str, str]:
-    return dict(os.environ, BENTOML_HOME=str(home), BENTOML_DO_NOT_TRACK="true")
-
-
-def build(home: Path, target: str) -> Path:
-    """`build_bento.py --target`, into a bento store of the test's own; the built bento's folder."""
-    built = subprocess.run(
-        [sys.executable, "build_bento.py", "--target", target],
-        cwd=ROOT, env=bentoml_environment(home), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    tag = re.search(r"^built (bionemo:\w+) \(target (\S+)\)$", built.stdout, re.MULTILINE)
-    assert tag and tag.group(2) == target, built.stdout
-    assert f"bentoml containerize {tag.group(1)}" in built.stdout
-    name, version = tag.group(1).split(":")
-    return home / "bentos" / name / version
-
-
 def containerfile(home: Path, bento: Path) -> str:
     """`bentoml.container.get_containerfile`, run from the temp folder: BentoML 1.4.39 refuses a
     dockerfile_template outside the working directory (bentoml/BentoML#5566)."""
@@ -67,14 +50,7 @@ def containerfile(home: Path, bento: Path) -> str:
     return output.read_text()
 
 
-@pytest.fixture(scope="module")
-def bento_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("bentoml-home")
-
-
-@pytest.fixture(scope="module")
-def cpu_bento(bento_home: Path) -> Path:
-    return build(bento_home, "cpu")
+# bento_home and cpu_bento are the session's (conftest.py): test_spark_e2e.py runs the same cpu bento.
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,323 @@
+"""`make bench`'s Spark line: `bentoml.batch.run_in_spark` of the built bento in Spark's local mode, in sequences/s.
+
+    python -m benchmarks.spark_throughput [--sequences 2000] [--partitions 2] [--master 'local[2]']
+
+The cpu bento, built by build_bento.py into a BentoML home of this run's own; N proteins of the bench's workload
+(benchmarks.workload: UniProt-like lengths, median about 270 residues) in a Parquet file; then the Spark job
+(`embed_in_spark`, run as `python -m benchmarks.spark_throughput job ...` in a session of its own): the frame read
+from the file, range-partitioned by id into --partitions, each partition embedded through /embed/dataframe by a
+bento server of its task's own (run_in_spark starts one per task) that serves esm2nv alone (BIONEMO_MODELS), and
+collected in id order. The figure is the sequences over the job's wall time from run_in_spark to the collected
+answer: the bento's distribution to the executors and the servers' start-up are in it, as they are in any job.
+
+run_in_spark never stops the servers it starts, and they outlive Spark's Python workers: every process the job
+started carries this run's marker in its environment (MARKER_VARIABLE), and `stop_job_processes` stops each of them by
+PID once the job has ended. tests/test_spark_e2e.py runs the same job on 1,200 proteins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.workload import protein
+
+ROOT = Path(__file__).resolve().parent.parent
+API = "embed_dataframe"
+"""The bento's API run_in_spark calls (serving/fronts/dataframe/routes.py)."""
+MODELS = "esm2nv"
+"""What the job's bento servers load (BIONEMO_MODELS): /embed/dataframe's model alone, for a short start-up."""
+MARKER_VARIABLE = "BIONEMO_SPARK_JOB"
+JOB_TIMEOUT_S = 900
+STOP_GRACE_S = 30
+SEED = 2_000_003
+
+
+def output_schema(id_type: str = "string") -> Any:
+    """The StructType to pass run_in_spark for /embed/dataframe: BentoML 1.4.39 cannot make it (docs/spark.md).
+    `id_type`: the input's id column, Spark's simple string of its type ("string", "bigint", ...)."""
+    from pyspark.sql.types import ArrayType, FloatType, StructField, StructType, _parse_datatype_string
+
+    return StructType([
+        StructField("id", _parse_datatype_string(id_type)), StructField("embedding", ArrayType(FloatType()))
+    ])  # fmt: skip
+
+
+def skip_shipping_the_bento() -> None:
+    """run_in_spark's first step, `_distribute_bento`, exports the bento as an xz archive (`.bento`) and adds it to
+    Spark's files, for executors whose bento store lacks it. In local mode the executors read the driver's store, and
+    the archive is never opened; xz over this bento's 340 MB of weights took 215 s on a busy 2-core AMD EPYC
+    (2026-11-28). Replaced here by the name of the archive alone: no export. A BentoML without that function fails."""
+    from bentoml._internal.batch import spark
+
+    if not callable(getattr(spark, "_distribute_bento", None)):
+        raise RuntimeError("BentoML's spark._distribute_bento is gone: see benchmarks/spark_throughput.py")
+    spark._distribute_bento = lambda session, bento: f"{bento.tag.name}-{bento.tag.version}.bento"
+
+
+def embed_in_spark(
+    bento_tag: str,
+    source: Path,
+    destination: Path,
+    partitions: int,
+    master: str,
+    records_per_batch: int | None = None,
+    ship_bento: bool = False,
+) -> float:
+    """The job, in this process: `source`'s proteins (Parquet: id, sequence) embedded by run_in_spark of the bento
+    `bento_tag` over `partitions` partitions in id order, written to `destination` (Parquet: id, embedding) in that
+    order; the seconds from run_in_spark to the collected answer. Without `ship_bento`, in local mode, run_in_spark
+    does not export the bento for its executors (`skip_shipping_the_bento`)."""
+    import bentoml
+    from pyspark.sql import SparkSession
+
+    if master.startswith("local") and not ship_bento:
+        skip_shipping_the_bento()
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("bionemo-embed")
+        .config("spark.ui.enabled", "false")
+        .config("spark.local.dir", tempfile.gettempdir())
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if records_per_batch:
+        builder = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", str(records_per_batch))
+    spark = builder.getOrCreate()
+    try:
+        frame = spark.read.parquet(str(source))
+        frame = frame.repartitionByRange(partitions, "id").sortWithinPartitions("id")
+        started = time.perf_counter()
+        schema = output_schema(frame.schema["id"].dataType.simpleString())
+        embedded = bentoml.batch.run_in_spark(bentoml.get(bento_tag), frame, spark, api_name=API, output_schema=schema)
+        answer = embedded.toPandas()
+        seconds = time.perf_counter() - started
+    finally:
+        spark.stop()
+    answer.to_parquet(destination)
+    return seconds
+
+
+@dataclass(frozen=True)
+class JobRun:
+    marker: str
+    """The value of MARKER_VARIABLE in the environment of every process the job started."""
+    seconds: float
+    """From run_in_spark to the collected answer, as the job measured it."""
+    wall_s: float
+    """The job's whole process: Spark's start and stop too."""
+    stopped: list[int]
+    """PIDs of the processes the job left running, stopped here."""
+
+
+class JobFailed(RuntimeError):
+    """The job exited with an error or ran past its time; the message holds the tail of its log."""
+
+
+def _marked(process: psutil.Process, marker: str) -> bool:
+    try:
+        return process.pid != os.getpid() and process.environ().get(MARKER_VARIABLE) == marker
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def job_processes(marker: str) -> list[psutil.Process]:
+    """Every process still running that the job with `marker` started, directly or not."""
+    return [process for process in psutil.process_iter() if _marked(process, marker)]
+
+
+def stop_job_processes(marker: str) -> list[int]:
+    """SIGTERM every process the job with `marker` left (tritonserver ends its python-backend stubs and removes their
+    shared memory on it), then SIGKILL what is left after STOP_GRACE_S; the PIDs stopped."""
+    left = job_processes(marker)
+    for process in left:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(left, timeout=STOP_GRACE_S)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+    return [process.pid for process in left]
+
+
+def job_environment(bentoml_home: Path, workdir: Path, marker: str) -> dict[str, str]:
+    """The job's environment: the bento store, the models to load, this venv's Python for Spark's workers and its
+    bin (tritonserver's wrapper) first on PATH, temporary files (run_in_spark's export of the bento, Spark's
+    scratch) under `workdir`, and the marker every process it starts inherits."""
+    scratch = workdir / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        BENTOML_HOME=str(bentoml_home),
+        BENTOML_DO_NOT_TRACK="true",
+        BIONEMO_MODELS=MODELS,
+        PYSPARK_PYTHON=sys.executable,
+        TMPDIR=str(scratch),
+        HF_HUB_OFFLINE="1",
+        **{MARKER_VARIABLE: marker},
+    )
+
+
+def run_job(
+    bentoml_home: Path,
+    bento_tag: str,
+    source: Path,
+    destination: Path,
+    workdir: Path,
+    partitions: int = 2,
+    master: str = "local[2]",
+    records_per_batch: int | None = None,
+    ship_bento: bool = False,
+    timeout_s: float = JOB_TIMEOUT_S,
+) -> JobRun:
+    """`embed_in_spark` in a process (and session) of its own; then every process it left is stopped by PID."""
+    marker = uuid.uuid4().hex
+    log_path = workdir / "spark-job.log"
+    report = workdir / "spark-job.json"
+    command = [
+        sys.executable, "-m", "benchmarks.spark_throughput", "job", "--bento", bento_tag, "--input", str(source),
+        "--output", str(destination), "--partitions", str(partitions), "--master", master, "--report", str(report),
+        *(["--records-per-batch", str(records_per_batch)] if records_per_batch else []),
+        *(["--ship-bento"] if ship_bento else []),
+    ]  # fmt: skip
+    started = time.perf_counter()
+    with log_path.open("wb") as log:
+        job = subprocess.Popen(
+            command, cwd=ROOT, env=job_environment(bentoml_home, workdir, marker), stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        status = job.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        status = None
+    finally:
+        stopped = _stop_group(job) + stop_job_processes(marker)
+    wall_s = time.perf_counter() - started
+    if status != 0:
+        ran = "ran past its time" if status is None else f"exited with {status}"
+        tail = log_path.read_text(errors="replace")[-6000:]
+        raise JobFailed(f"the Spark job {ran}; stopped {len(stopped)} processes it left\n--- log (tail) ---\n{tail}")
+    return JobRun(marker, json.loads(report.read_text())["seconds"], wall_s, sorted(set(stopped)))
+
+
+def _stop_group(job: subprocess.Popen) -> list[int]:
+    """The job's own process group (its JVM among them), where anything of it runs still: SIGTERM, then SIGKILL."""
+    members = [process for process in psutil.process_iter() if _in_group(process, job.pid)]
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(job.pid, sent)
+        except ProcessLookupError:
+            break
+        try:
+            job.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            continue
+        _, alive = psutil.wait_procs(members, timeout=STOP_GRACE_S if sent == signal.SIGTERM else 5)
+        if not alive:
+            break
+    return [process.pid for process in members]
+
+
+def _in_group(process: psutil.Process, group: int) -> bool:
+    try:
+        return os.getpgid(process.pid) == group
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def build_bento(bentoml_home: Path) -> str:
+    """build_bento.py's cpu bento in `bentoml_home`; its tag."""
+    environment = dict(os.environ, BENTOML_HOME=str(bentoml_home), BENTOML_DO_NOT_TRACK="true")
+    built = subprocess.run(
+        [sys.executable, "build_bento.py", "--target", "cpu"], cwd=ROOT, env=environment, capture_output=True,
+        text=True, timeout=600, check=False,
+    )  # fmt: skip
+    tag = re.search(r"^built (bionemo:\w+) ", built.stdout, re.MULTILINE)
+    if built.returncode != 0 or tag is None:
+        raise SystemExit(f"build_bento.py failed:\n{built.stderr[-3000:]}")
+    return tag.group(1)
+
+
+def write_proteins(path: Path, count: int, seed: int = SEED) -> list[str]:
+    """`count` proteins of the bench's workload, ids p000000, p000001, ... in order, as Parquet (id, sequence)."""
+    import pandas as pd
+
+    rng = random.Random(seed)
+    sequences = [protein(rng) for _ in range(count)]
+    pd.DataFrame({"id": [f"p{row:06d}" for row in range(count)], "sequence": sequences}).to_parquet(path)
+    return sequences
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sequences", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--records-per-batch", type=int, help="spark.sql.execution.arrow.maxRecordsPerBatch")
+    parser.add_argument("--ship-bento", action="store_true", help="export the bento (xz), as on a cluster")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as folder:
+        workdir = Path(folder)
+        tag = build_bento(workdir / "bentoml-home")
+        sequences = write_proteins(workdir / "proteins.parquet", args.sequences)
+        run = run_job(
+            workdir / "bentoml-home", tag, workdir / "proteins.parquet", workdir / "embeddings.parquet", workdir,
+            args.partitions, args.master, args.records_per_batch, args.ship_bento,
+        )  # fmt: skip
+    residues = sum(map(len, sequences))
+    shipped = "its xz export of the bento" if args.ship_bento else "no export of the bento (local mode)"
+    print(
+        f"spark: run_in_spark ({args.master}, {args.partitions} partitions, esm2nv) embedded {len(sequences):,} "
+        f"proteins ({residues:,} residues) in {run.seconds:.1f} s: {len(sequences) / run.seconds:.1f} sequences/s, "
+        f"{args.partitions} bento servers' start-up and {shipped} included (job process {run.wall_s:.0f} s; "
+        f"{len(run.stopped)} processes it left, stopped); {cpu_model()}, {os.cpu_count()} CPUs"
+    )
+    return 0
+
+
+def job_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_throughput job")
+    parser.add_argument("--bento", required=True)
+    parser.add_argument("--input", type=Path, required=True)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--records-per-batch", type=int, default=None)
+    parser.add_argument("--ship-bento", action="store_true")
+    parser.add_argument("--report", type=Path, required=True)
+    args = parser.parse_args(argv)
+    seconds = embed_in_spark(
+        args.bento, args.input, args.output, args.partitions, args.master, args.records_per_batch, args.ship_bento
+    )
+    args.report.write_text(json.dumps({"seconds": seconds}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(job_main(sys.argv[2:]) if sys.argv[1:2] == ["job"] else main())
