@@ -70,6 +70,14 @@ $(CONTAINER_ENGINE_READY): $(INSTALLED) container/engine.py
 	$(BIN)/python -m container.engine --provision
 	touch $@
 
+# Spark's test (tests/test_spark_e2e.py) and make bench's Spark line start a JVM: Java, installed with apt as root,
+# else `make test` stops naming it (tools/java_runtime.py).
+JAVA_READY := $(VENV)/.java-checked
+
+$(JAVA_READY): $(INSTALLED) tools/java_runtime.py
+	$(BIN)/python -m tools.java_runtime --provision
+	touch $@
+
 # The client package (clients/python) in an environment of its own, without the server's packages: its own tests
 # there, against a stand-in; the server's end-to-end tests run its CLI from there against the real service.
 CLIENT_VENV := .venv-client
@@ -84,7 +92,7 @@ test-client: $(CLIENT_READY)
 	cd clients/python && ../../$(CLIENT_VENV)/bin/python -m pytest -q
 
 # The audit after the tests: a new advisory fails `make test` without hiding the tests' results.
-test: install models $(CONTAINER_ENGINE_READY) test-client
+test: install models $(CONTAINER_ENGINE_READY) $(JAVA_READY) test-client
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory audit
 
@@ -112,6 +120,8 @@ BENCH_GENERATE_USERS ?= 1 16
 # The client package on a 10,000-protein FASTA against the service's saturation, then on a 1,000,000-protein one for
 # this long (its memory must not grow with the file; benchmarks/client_files.py).
 BENCH_CLIENT_SECONDS ?= 600
+# bentoml.batch.run_in_spark of the cpu bento in local[2] over this many proteins (benchmarks/spark_throughput.py).
+BENCH_SPARK_SEQUENCES ?= 2000
 
 $(BENCH_READY): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[bench]'
@@ -127,10 +137,11 @@ SIZED_REPOSITORY := model_repository-$(MODEL_SIZE)
 # 256 proteins, would take about 6 minutes a contender and repeat).
 REAL_SIZES_OPTIONS := $(if $(filter 650M,$(MODEL_SIZE)),--workloads 8x256 --repeats 1)
 
-bench: install models $(BENCH_READY) $(CLIENT_READY)
+bench: install models $(BENCH_READY) $(CLIENT_READY) $(JAVA_READY)
 ifeq ($(MODEL_SIZE),)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
 	$(BIN)/python -m benchmarks.client_files --million-seconds $(BENCH_CLIENT_SECONDS)
+	$(BIN)/python -m benchmarks.spark_throughput --sequences $(BENCH_SPARK_SEQUENCES)
 else
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
