@@ -8,8 +8,11 @@ import asyncio
 import json
 from typing import Any, NamedTuple
 
+import io
+
 import bentoml
 import numpy as np
+import pandas as pd
 import pytest
 import requests
 
@@ -21,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 PUBLIC_APIS = {
     "embed", "embed_ndarray", "hidden", "logits", "score", "contacts", "decode", "decode_ndarray", "generate", "models",
-    "openai_embeddings", "openai_models",
+    "openai_embeddings", "openai_models", "embed_dataframe",
 }  # fmt: skip
 PROTEIN = "esm2nv"
 MOLECULES = ["CCO", "c1ccccc1C(=O)O"]
@@ -167,3 +170,23 @@ def test_bad_input_raises_in_the_async_client_too(service: RunningService, api: 
     status, error = error_of(raised.value)
     assert status == 422 and [detail["field"] for detail in error["error"]["details"]] == [field]
     assert error == through_curl(service, api, body).json()
+
+
+def test_a_dataframe_goes_as_parquet_and_comes_back_a_dataframe_as_in_run_in_spark(service: RunningService) -> None:
+    """BentoML's HTTPClient is what bentoml.batch.run_in_spark calls in each task (docs/spark.md): /embed/dataframe
+    answers /embed's embeddings in the rows' order, as float32; a bad row raises the 422 naming it."""
+    client = bentoml.client.Client.from_url(service.url)
+    sequences = mixed_sequences(PROTEIN)
+    answer = client.embed_dataframe(pd.DataFrame({"id": range(len(sequences)), "sequence": sequences}))
+    assert isinstance(answer, pd.DataFrame) and answer["id"].tolist() == list(range(len(sequences)))
+    assert all(vector.dtype == np.float32 for vector in answer["embedding"])
+    expected = np.asarray(through_curl(service, "embed", {"sequences": sequences}).json()["embeddings"], np.float32)
+    np.testing.assert_allclose(np.stack(answer["embedding"]), expected, rtol=0, atol=1e-5)
+    with pytest.raises(bentoml.exceptions.BentoMLException) as raised:
+        client.embed_dataframe(pd.DataFrame({"id": ["a", "b"], "sequence": ["MKT", "MKJ"]}))
+    status, error = error_of(raised.value)
+    assert status == 422 and [detail["field"] for detail in error["error"]["details"]] == ["rows[1].sequence"]
+    assert "(id 'b')" in error["error"]["message"]
+    curl = requests.post(f"{service.url}/embed/dataframe", json=[{"id": 1, "sequence": "MKT"}], timeout=60)
+    assert curl.headers["content-type"] == "application/vnd.apache.parquet"
+    assert pd.read_parquet(io.BytesIO(curl.content))["id"].tolist() == [1]

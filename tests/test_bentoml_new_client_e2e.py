@@ -9,8 +9,11 @@ import json
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
+import io
+
 import bentoml
 import numpy as np
+import pandas as pd
 import pytest
 import requests
 from bentoml.exceptions import BentoMLException, UnprocessableEntity
@@ -202,3 +205,14 @@ def test_bad_input_raises_in_the_async_client_too(
     with pytest.raises(BentoMLException) as raised:
         asyncio.run(ask())
     assert_carries_the_error(raised.value, through_curl(service, route, body), field)
+
+
+def test_a_dataframe_is_sent_as_json_records_and_answered_as_parquet_bytes(service: RunningService) -> None:
+    """/embed/dataframe over /schema.json: its records are the one positional argument, sent as JSON; the answer is
+    the Parquet file's bytes (serving/fronts/bentoml/schema.py)."""
+    records = [{"id": "a", "sequence": "MKTAYIAKQR"}, {"id": "b", "sequence": "M"}]
+    with sync_client(service) as client:
+        answer = pd.read_parquet(io.BytesIO(client.embed_dataframe(records)))
+    assert answer["id"].tolist() == ["a", "b"]
+    expected = through_curl(service, "embed", {"sequences": ["MKTAYIAKQR", "M"]}).json()["embeddings"]
+    np.testing.assert_allclose(np.stack(answer["embedding"]), np.asarray(expected, np.float32), rtol=0, atol=1e-5)
