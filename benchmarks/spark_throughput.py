@@ -46,6 +46,10 @@ MARKER_VARIABLE = "BIONEMO_SPARK_JOB"
 JOB_TIMEOUT_S = 900
 STOP_GRACE_S = 30
 SEED = 2_000_003
+RECORDS_PER_BATCH = 250
+"""Rows of each Arrow batch, each one request to a task's server: run_in_spark's servers are `bentoml serve`'s
+without the launcher, whose requests BentoML ends after 60 s (api_server.traffic.timeout), and Spark's default,
+10,000 rows, takes minutes on 2 cores (docs/spark.md)."""
 
 
 def output_schema(id_type: str = "string") -> Any:
@@ -279,7 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sequences", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--records-per-batch", type=int, help="spark.sql.execution.arrow.maxRecordsPerBatch")
+    parser.add_argument(
+        "--records-per-batch", type=int, default=RECORDS_PER_BATCH, help="spark.sql.execution.arrow.maxRecordsPerBatch"
+    )
     parser.add_argument("--ship-bento", action="store_true", help="export the bento (xz), as on a cluster")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as folder:
