@@ -47,9 +47,12 @@ JOB_TIMEOUT_S = 900
 STOP_GRACE_S = 30
 SEED = 2_000_003
 RECORDS_PER_BATCH = 250
-"""Rows of each Arrow batch, each one request to a task's server: run_in_spark's servers are `bentoml serve`'s
-without the launcher, whose requests BentoML ends after 60 s (api_server.traffic.timeout), and Spark's default,
-10,000 rows, takes minutes on 2 cores (docs/spark.md)."""
+"""Rows of each Arrow batch, each one request to a task's server (Spark's default, 10,000 UniProt-like proteins, takes
+minutes on 2 cores): 250 took about 19 s with one server on 2 cores, 37 s each with two (docs/spark.md)."""
+REQUEST_DEADLINE_S = 570
+"""BIONEMO_REQUEST_TIMEOUT_S of the job's servers, and BentoML's own deadline 30 s past it: run_in_spark's servers are
+`bentoml serve`s without the launcher, whose requests BentoML ends after its default 60 s (api_server.traffic.timeout),
+which a batch on a slower or busier machine could reach."""
 
 
 def output_schema(id_type: str = "string") -> Any:
@@ -167,7 +170,7 @@ def stop_job_processes(marker: str) -> list[int]:
 def job_environment(bentoml_home: Path, workdir: Path, marker: str) -> dict[str, str]:
     """The job's environment: the bento store, the models to load, this venv's Python for Spark's workers and its
     bin (tritonserver's wrapper) first on PATH, temporary files (run_in_spark's export of the bento, Spark's
-    scratch) under `workdir`, and the marker every process it starts inherits."""
+    scratch) under `workdir`, requests given REQUEST_DEADLINE_S, and the marker every process it starts inherits."""
     scratch = workdir / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     return dict(
@@ -179,6 +182,8 @@ def job_environment(bentoml_home: Path, workdir: Path, marker: str) -> dict[str,
         PYSPARK_PYTHON=sys.executable,
         TMPDIR=str(scratch),
         HF_HUB_OFFLINE="1",
+        BIONEMO_REQUEST_TIMEOUT_S=str(REQUEST_DEADLINE_S),
+        BENTOML_CONFIG_OPTIONS=f"api_server.traffic.timeout={REQUEST_DEADLINE_S + 30}",
         **{MARKER_VARIABLE: marker},
     )
 
