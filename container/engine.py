@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools import apt
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINERS_CONF = ROOT / "container" / "containers.conf"
 ENGINES = ("docker", "podman", "buildah")
@@ -88,14 +90,12 @@ def provision() -> None:
     missing = missing_tools()
     if not missing:
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+    if not apt.can_install():
         raise EngineError(
             f"the image's tests need {'; '.join(missing)}: install them (Debian or Ubuntu, as root: "
             f"apt-get install {' '.join(APT_PACKAGES)})"
         )
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=environment)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *APT_PACKAGES], check=True, env=environment)
+    apt.install(APT_PACKAGES)
     still = missing_tools()
     if still:
         raise EngineError(f"apt-get installed {' '.join(APT_PACKAGES)}, and still missing: {'; '.join(still)}")

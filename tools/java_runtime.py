@@ -18,6 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools import apt
+
 APT_PACKAGES = ("default-jre-headless",)
 SUPPORTED = (8, 11, 17)
 """The Java versions Spark 3.5 supports."""
@@ -51,15 +53,12 @@ def provision() -> str:
     found = java()
     if found:
         return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+    if not apt.can_install():
         raise JavaMissing(
             f"Spark's tests need Java {', '.join(map(str, SUPPORTED))}: install it (Debian or Ubuntu, as root: "
             f"apt-get install {' '.join(APT_PACKAGES)}) or set JAVA_HOME"
         )
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=environment)
-    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES]
-    subprocess.run(install, check=True, env=environment)
+    apt.install(APT_PACKAGES, recommends=False)
     found = java()
     if not found:
         raise JavaMissing(f"apt-get installed {' '.join(APT_PACKAGES)}, and still no java on PATH")
