@@ -55,14 +55,12 @@ REQUEST_DEADLINE_S = 570
 which a batch on a slower or busier machine could reach."""
 
 
-def output_schema(id_type: str = "string") -> Any:
+def output_schema(id_type: Any) -> Any:
     """The StructType to pass run_in_spark for /embed/dataframe: BentoML 1.4.39 cannot make it (docs/spark.md).
-    `id_type`: the input's id column, Spark's simple string of its type ("string", "bigint", ...)."""
-    from pyspark.sql.types import ArrayType, FloatType, StructField, StructType, _parse_datatype_string
+    `id_type`: the Spark type of the input's id column (`frame.schema["id"].dataType`), which the answer keeps."""
+    from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
 
-    return StructType([
-        StructField("id", _parse_datatype_string(id_type)), StructField("embedding", ArrayType(FloatType()))
-    ])  # fmt: skip
+    return StructType([StructField("id", id_type), StructField("embedding", ArrayType(FloatType()))])
 
 
 def skip_shipping_the_bento() -> None:
@@ -110,7 +108,7 @@ def embed_in_spark(
         frame = spark.read.parquet(str(source))
         frame = frame.repartitionByRange(partitions, "id").sortWithinPartitions("id")
         started = time.perf_counter()
-        schema = output_schema(frame.schema["id"].dataType.simpleString())
+        schema = output_schema(frame.schema["id"].dataType)
         embedded = bentoml.batch.run_in_spark(bentoml.get(bento_tag), frame, spark, api_name=API, output_schema=schema)
         answer = embedded.toPandas()
         seconds = time.perf_counter() - started

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bionemo_client import jobs
+from bionemo_client import jobs, outputs
 from bionemo_client.records import InputError, Record, count, file_format, read, read_latents
 from bionemo_client.service import Service
 from bionemo_client.tasks import Contacts, Decode, Embed, Generate, Hidden, Logits, Scan, Task, Variants
@@ -75,7 +75,7 @@ class Client:
                 if failures:
                     raise jobs.JobFailed("; ".join(f"sequences[{name}]: {reason}" for name, _, reason in failures))
                 rows.append(table)
-        return np.asarray(pa.concat_tables(rows).column("embedding").to_pylist(), np.float32) if rows else np.zeros((0, 0), np.float32)
+        return outputs.stacked(pa.concat_tables(rows).column("embedding")) if rows else np.zeros((0, 0), np.float32)
 
     # files in, files out
 

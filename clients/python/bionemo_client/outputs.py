@@ -131,9 +131,9 @@ class NpzOutput(Output):
         ids = rows.column(0).to_pylist()
         self._ids.write("".join(json.dumps(identifier) + "\n" for identifier in ids).encode())
         self._id_length = max(self._id_length, *(len(identifier) for identifier in ids))
-        if self._shape is None:
-            self._shape = np.asarray(rows.column(1)[0].as_py(), np.float32).shape
-        self._values.write(_stacked(rows.column(1), self._shape).tobytes())
+        values = stacked(rows.column(1))
+        self._shape = self._shape or values.shape[1:]
+        self._values.write(values.tobytes())
         self._rows += rows.num_rows
 
     def _finish(self) -> None:
@@ -162,9 +162,14 @@ class NpzOutput(Output):
         return entry
 
 
-def _stacked(column: pa.Array | pa.ChunkedArray, shape: tuple[int, ...]) -> np.ndarray:
-    """A list (or list of lists) column of equal-shaped float rows as one [rows, *shape] little-endian float32 array."""
-    flat = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def stacked(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A list (or list of lists) column of equal-shaped float rows as one [rows, ...] little-endian float32 array,
+    without a Python float in between."""
+    whole = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not len(whole):
+        return np.zeros((0,), "<f4")
+    shape, flat = [], whole
     while pa.types.is_list(flat.type):
+        shape.append(len(flat[0]))
         flat = flat.flatten()
     return flat.to_numpy(zero_copy_only=False).astype("<f4", copy=False).reshape(-1, *shape)

@@ -314,6 +314,10 @@ def rows_at_fault(problems: list[FieldProblem]) -> InvalidRequest:
     return InvalidRequest(named)
 
 
+PARQUET_BATCH_ROWS = 1024
+"""Rows of a Parquet body decoded at a time, its size counted after each."""
+
+
 def _parquet_frame(body: bytes, max_bytes: int) -> pd.DataFrame | ServiceError:
     """The frame of a Parquet file, or why not. Its data is read a batch of rows at a time, and one that holds more than
     `max_bytes` (decoded, as it would be in memory) is a 413, read no further: a few compressed bytes may hold a table
@@ -334,10 +338,6 @@ def _parquet_frame(body: bytes, max_bytes: int) -> pd.DataFrame | ServiceError:
         return pyarrow.Table.from_batches(batches, schema=parquet.schema_arrow).to_pandas()
     except (pyarrow.ArrowException, ValueError, OSError, TypeError, NotImplementedError) as error:
         return MalformedBody.at("body", f"not a Parquet file pandas can read: {error}")
-
-
-PARQUET_BATCH_ROWS = 1024
-"""Rows of a Parquet body decoded at a time, its size counted after each."""
 
 
 def _json_records_frame(body: bytes) -> pd.DataFrame | ServiceError:
