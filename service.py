@@ -14,6 +14,7 @@ import bentoml
 import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from serving.engine.engine import Engine
 from serving.engine.limits import RequestLimits
+from serving.engine.scheduler import Scheduler
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
@@ -41,10 +42,10 @@ svc = bentoml.legacy.Service("bionemo", runners=[triton])
 svc.add_asgi_middleware(MergeTritonMetrics, port=settings.triton_metrics_port)  # Triton's families in GET /metrics
 svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed errors as gRPC codes
 svc.add_asgi_middleware(ServesSchemaJSON, service=svc)  # GET /schema.json, for bentoml.SyncHTTPClient/AsyncHTTPClient
-admission = Admission(settings.max_in_flight, settings.request_timeout_s)
+admission = Admission(settings.max_in_flight, settings.request_timeout_s, http_request=lambda: svc.context.request)
 registry = ModelRegistry(triton)
 limits = RequestLimits(settings.max_sequences_per_request, settings.max_score_passes, settings.request_timeout_s)
-engine = Engine(triton, registry, limits)
+engine = Engine(triton, registry, limits, Scheduler(settings.max_running, settings.request_timeout_s))
 
 endpoint = Endpoints(svc, admission)
 native_api.mount(endpoint, engine, registry, settings.max_request_bytes)

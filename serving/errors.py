@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+import math
 from typing import Any, Self
 
 import grpc
@@ -73,15 +74,51 @@ class ModelLoadFailed(ServiceError):
     """Triton refused to load a model an admin asked for (its files are broken, say); Triton's reason is given."""
 
 
-class Overloaded(ServiceError):
-    """The API worker already has as many requests in flight as it admits; the client should retry shortly."""
+class RetryLater(ServiceError):
+    """Refused for now, not for what it asks: the same request may succeed after `retry_after_s` (HTTP's
+    `Retry-After`, gRPC's `retry-after` and `grpc-retry-pushback-ms` trailing metadata)."""
+
+    def __init__(self, problems: list[FieldProblem], retry_after_s: float = 1.0) -> None:
+        super().__init__(problems)
+        self.retry_after_s = retry_after_s
+
+    @classmethod
+    def after(cls, retry_after_s: float, field: str, message: str) -> Self:
+        return cls([FieldProblem(field, message)], retry_after_s)
+
+    def renamed(self, rename: Callable[[str], str]) -> Self:
+        renamed = super().renamed(rename)
+        renamed.retry_after_s = self.retry_after_s
+        return renamed
+
+    @property
+    def retry_after_header(self) -> str:
+        """Whole seconds, at least 1: what HTTP's Retry-After takes."""
+        return str(max(1, math.ceil(self.retry_after_s)))
+
+
+class Overloaded(RetryLater):
+    """The service cannot finish the request before its deadline, given the work queued ahead of it (or the worker
+    is at its bound of requests in flight)."""
+
+
+class OverShare(RetryLater):
+    """The client that sent it already holds more than its share of the service's work while others wait."""
+
+
+class ClientGone(ServiceError):
+    """The client closed the connection (or cancelled the call) before its answer: its work was stopped. Nobody reads
+    this answer; it is counted."""
 
 
 class DeadlineExceeded(ServiceError):
     """The request was not answered within the per-request timeout; its work was cancelled."""
 
 
-HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
+CLIENT_CLOSED_REQUEST = 499
+"""nginx's status for a request whose client went away first (no HTTPStatus has it)."""
+
+HTTP_STATUS: dict[type[ServiceError], int] = {
     Unauthorized: HTTPStatus.UNAUTHORIZED,
     MalformedBody: HTTPStatus.BAD_REQUEST,
     PayloadTooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -92,6 +129,8 @@ HTTP_STATUS: dict[type[ServiceError], HTTPStatus] = {
     ModelUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
     ModelLoadFailed: HTTPStatus.BAD_GATEWAY,
     Overloaded: HTTPStatus.SERVICE_UNAVAILABLE,
+    OverShare: HTTPStatus.TOO_MANY_REQUESTS,
+    ClientGone: CLIENT_CLOSED_REQUEST,
     DeadlineExceeded: HTTPStatus.GATEWAY_TIMEOUT,
 }
 
@@ -107,8 +146,10 @@ GRPC_STATUS: dict[type[ServiceError], grpc.StatusCode] = {
     # Triton refused the files an admin asked it to load: not a bug (INTERNAL), not transient (UNAVAILABLE); the
     # repository must be fixed before the same call can succeed.
     ModelLoadFailed: grpc.StatusCode.FAILED_PRECONDITION,
-    # Retry later, like UNAVAILABLE; but this worker is full, nothing is down.
-    Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    # Retry after the pushback its trailing metadata gives; a client over its share has exhausted its quota.
+    Overloaded: grpc.StatusCode.UNAVAILABLE,
+    OverShare: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ClientGone: grpc.StatusCode.CANCELLED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 """The gRPC code of each error, for every gRPC front (serving/fronts/bentoml/grpc_server.py); the details are `str(error)`."""
@@ -124,16 +165,17 @@ ERROR_TYPES: dict[type[ServiceError], str] = {
     ModelUnavailable: "model_unavailable",
     ModelLoadFailed: "model_load_failed",
     Overloaded: "overloaded",
+    OverShare: "over_share",
+    ClientGone: "client_gone",
     DeadlineExceeded: "deadline_exceeded",
 }
 
 RESPONSE_HEADERS: dict[type[ServiceError], dict[str, str]] = {
-    Overloaded: {"Retry-After": "1"},
     ModelUnavailable: {"Retry-After": "5"},
     Unauthorized: {"WWW-Authenticate": 'Bearer realm="bionemo admin"'},
 }
-"""`Retry-After` of the errors a client should retry (soon when overloaded, after a restart's time when Triton is
-away), and the scheme an admin endpoint expects (RFC 6750)."""
+"""`Retry-After` when Triton is away (a restart's time), and the scheme an admin endpoint expects (RFC 6750); a
+`RetryLater` carries its own `Retry-After`, computed from the queue."""
 
 
 def http_status(error: ServiceError) -> int:
@@ -145,7 +187,17 @@ def grpc_status(error: ServiceError) -> grpc.StatusCode:
 
 
 def error_headers(error: ServiceError) -> dict[str, str]:
+    if isinstance(error, RetryLater):
+        return {"Retry-After": error.retry_after_header}
     return RESPONSE_HEADERS.get(type(error), {})
+
+
+def grpc_trailers(error: ServiceError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of a gRPC error: a `RetryLater`'s wait as `retry-after` (seconds, as HTTP's) and
+    `grpc-retry-pushback-ms` (gRPC's retry policy reads it)."""
+    if isinstance(error, RetryLater):
+        return (("retry-after", error.retry_after_header), ("grpc-retry-pushback-ms", str(round(error.retry_after_s * 1000))))
+    return ()
 
 
 def error_body(error: ServiceError) -> dict[str, Any]:

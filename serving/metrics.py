@@ -49,6 +49,11 @@ REQUEST_DURATION = Histogram(
 IN_FLIGHT = Gauge(
     "bionemo_in_flight_requests", "Requests admitted and not yet answered, over the API workers", multiprocess_mode="livesum"
 )
+QUEUED = Gauge(
+    "bionemo_queued_requests",
+    "Engine calls admitted and waiting for their turn to run (serving/engine/scheduler.py), over the API workers",
+    multiprocess_mode="livesum",
+)
 ENCODER_SEQUENCES = Histogram(
     "bionemo_encoder_request_sequences", "Sequences (or SMILES) one request sends to a model's encoder", ["model"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),

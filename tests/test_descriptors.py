@@ -15,15 +15,16 @@ from google.protobuf import struct_pb2
 from serving.errors import (
     ERROR_TYPES,
     HTTP_STATUS,
-    RESPONSE_HEADERS,
     InvalidRequest,
     MalformedBody,
     ModelUnavailable,
     Overloaded,
+    OverShare,
     PayloadTooLarge,
     ServiceError,
     Unauthorized,
     UnsupportedMediaType,
+    error_headers,
 )
 from serving.fronts.bentoml.descriptors import (
     AdminJSON,
@@ -217,7 +218,7 @@ def test_every_error_is_answered_with_its_status_headers_and_the_one_error_shape
     status, headers, body = render(output, error)
     assert status == HTTP_STATUS[type(error)]
     assert headers["content-type"] == "application/json"
-    for name, value in RESPONSE_HEADERS.get(type(error), {}).items():
+    for name, value in error_headers(error).items():
         assert headers[name.lower()] == value
     assert body == {
         "error": {
@@ -233,6 +234,7 @@ def test_every_error_is_answered_with_its_status_headers_and_the_one_error_shape
     [
         (ModelUnavailable.at("model", "away"), "retry-after", "5"),
         (Overloaded.at("request", "full"), "retry-after", "1"),
+        (OverShare.after(4.5, "request", "over its share"), "retry-after", "5"),
         (Unauthorized.at("authorization", "no token"), "www-authenticate", 'Bearer realm="bionemo admin"'),
     ],
 )

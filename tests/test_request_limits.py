@@ -21,6 +21,7 @@ from serving.engine.inputs import (
     SequencesInput,
 )
 from serving.engine.limits import RequestLimits
+from serving.engine.scheduler import Scheduler
 from serving.errors import InvalidRequest
 from serving.fronts.admission import Admission
 from serving.fronts.bionemo_grpc.protos import esm1nv_pb2, megamolbart_pb2, prott5nv_pb2
@@ -42,7 +43,7 @@ class UnreachableRunner:
 
 def engine() -> Engine:
     runner = UnreachableRunner()
-    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences=LIMIT, max_score_passes=10))
+    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences=LIMIT, max_score_passes=10), Scheduler(4, 60))
 
 
 def generate_input(smiles: list[str]) -> GenerateInput:

@@ -14,9 +14,11 @@ import numpy as np
 
 from model_catalog import Capability, GraphRole
 from preprocessing import SequenceError, SequenceTooLong, Tokenizer, l2_normalize
+from serving.engine.cost import Work
 from serving.engine.graphs import GraphCalls
 from serving.engine.inputs import EmbedInput, HiddenInput, Pooling, SequencesInput
 from serving.engine.results import Embeddings, HiddenStates
+from serving.engine.scheduler import Scheduler
 from serving.errors import FieldProblem, InvalidRequest
 from serving.triton.models import ServedModel
 from serving.triton.registry import ModelRegistry
@@ -34,8 +36,11 @@ class Encoded:
 class Encoder:
     """One instance per API worker, over its graph calls."""
 
-    def __init__(self, registry: ModelRegistry, graphs: GraphCalls, tokenizers: Mapping[str, Tokenizer]) -> None:
-        self.registry, self.graphs, self.tokenizers = registry, graphs, tokenizers
+    def __init__(
+        self, registry: ModelRegistry, graphs: GraphCalls, tokenizers: Mapping[str, Tokenizer], scheduler: Scheduler
+    ) -> None:
+        """`scheduler` admits each request's work, once validated, and starts it in its turn."""
+        self.registry, self.graphs, self.tokenizers, self.scheduler = registry, graphs, tokenizers, scheduler
 
     async def embed(self, asked: EmbedInput) -> Embeddings:
         """Each input's vector in input order: the mean of its residues' final hidden states, or its <cls> state."""
@@ -54,13 +59,14 @@ class Encoder:
         # The graph pools: over the residues (mean), or over <cls> alone, which is that token's state.
         at_cls = asked.pooling is Pooling.CLS
         rows = self.tokenize(model, asked.sequences, truncate=asked.truncate)
-        if layers is None:
-            vectors = np.stack(await self.graphs.run_rows(model, rows, "embeddings", pool_at_summary=at_cls))
-        else:
-            vectors = np.stack(await self.run_layers(model, rows, "layer_embeddings", layers, pool_at_summary=at_cls))
+        role = GraphRole.ENCODER if layers is None else GraphRole.LAYERS
+        async with self.scheduler.admitted(Work(f"{model.name}/embed").on(model.graph(role), map(len, rows))):
+            if layers is None:
+                vectors = np.stack(await self.graphs.run_rows(model, rows, "embeddings", pool_at_summary=at_cls))
+            else:
+                vectors = np.stack(await self.run_layers(model, rows, "layer_embeddings", layers, pool_at_summary=at_cls))
         vectors = l2_normalize(vectors) if asked.normalize else vectors
         tokens = sum(len(row) for row in rows)
-        role = GraphRole.ENCODER if layers is None else GraphRole.LAYERS
         return Embeddings(
             model.name, model.version, vectors, self.truncated(model, asked), tokens, layers, precision=model.precision(role)
         )
@@ -69,9 +75,11 @@ class Encoder:
         """Every token's hidden states (of the layers asked, else the last) and the mask of real tokens."""
         model = await self.registry.model(asked.model, Capability.HIDDEN, asked.model_version)
         layers = await self.layers(model, asked.layers)
-        encoded = await self.encode(model, asked.sequences, truncate=asked.truncate, layers=layers)
-        truncated = self.truncated(model, asked)
+        rows = self.tokenize(model, asked.sequences, truncate=asked.truncate)
         role = GraphRole.ENCODER if layers is None else GraphRole.LAYERS
+        async with self.scheduler.admitted(Work(f"{model.name}/hidden").on(model.graph(role), map(len, rows))):
+            encoded = await self.encode(model, rows, layers)
+        truncated = self.truncated(model, asked)
         return HiddenStates(
             model.name, model.version, encoded.hidden_states, encoded.attention_mask, truncated, layers,
             precision=model.precision(role),
@@ -94,17 +102,9 @@ class Encoder:
             raise InvalidRequest(problems)
         return [layer % count for layer in asked]
 
-    async def encode(
-        self,
-        model: ServedModel,
-        sequences: Sequence[str],
-        field: str = "sequences",
-        truncate: bool | None = None,
-        layers: list[int] | None = None,
-    ) -> Encoded:
-        """Every input's hidden states (of `layers`, else the last), zero-padded to the longest, with the mask of real
-        tokens."""
-        rows = self.tokenize(model, sequences, field, truncate)
+    async def encode(self, model: ServedModel, rows: list[np.ndarray], layers: list[int] | None = None) -> Encoded:
+        """The hidden states of every row of tokens (of `layers`, else the last), zero-padded to the longest, with the
+        mask of real tokens."""
         if layers is None:
             states = await self.graphs.run_rows(model, rows, "hidden_states")
         else:

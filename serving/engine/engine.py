@@ -21,18 +21,20 @@ from serving.engine.inputs import DecodeInput, EmbedInput, GenerateInput, Hidden
 from serving.engine.language_model import ProteinLanguageModel
 from serving.engine.limits import RequestLimits
 from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
+from serving.engine.scheduler import Scheduler
 from serving.triton.registry import ModelRegistry
 
 
 class Engine:
     """One instance per API worker."""
 
-    def __init__(self, runner: Any, registry: ModelRegistry, limits: RequestLimits) -> None:
-        """`runner`: the service's bentoml.triton.Runner; `limits`: from the settings."""
-        self.limits = limits
+    def __init__(self, runner: Any, registry: ModelRegistry, limits: RequestLimits, scheduler: Scheduler) -> None:
+        """`runner`: the service's bentoml.triton.Runner; `limits`: from the settings; `scheduler`: admits each
+        request's work by its cost and runs it in its turn."""
+        self.limits, self.scheduler = limits, scheduler
         tokenizers = {name: tokenizer_for(description) for name, description in MODELS.items()}
         graphs = GraphCalls(runner, registry, tokenizers)
-        self.encoder = Encoder(registry, graphs, tokenizers)
+        self.encoder = Encoder(registry, graphs, tokenizers, scheduler)
         self.language_model = ProteinLanguageModel(registry, graphs, self.encoder, limits)
         self.generator = MoleculeGenerator(registry, graphs, self.encoder)
 

@@ -15,6 +15,7 @@ import numpy as np
 from model_catalog import Capability, GraphRole
 from preprocessing import SmilesTokenizer
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
+from serving.engine.cost import Work
 from serving.engine.decode_batcher import DecodeBatcher, Latents, StepRows
 from serving.engine.encoding import Encoder
 from serving.engine.graphs import GraphCalls
@@ -116,7 +117,9 @@ class MoleculeGenerator:
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:
         tokenizer = self._tokenizer(model)
-        ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
+        work = Work(f"{model.name}/decode").on(model.graph(GraphRole.DECODER), [max_length] * len(latents.mask))
+        async with self.encoder.scheduler.admitted(work):
+            ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
         return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids], precision=model.precision(GraphRole.DECODER))
 
     async def generate(self, asked: GenerateInput) -> Generated:
@@ -124,8 +127,15 @@ class MoleculeGenerator:
         decoded by `method`; reproducible with the same `seed`."""
         model = await self.registry.model(asked.model, Capability.GENERATE, asked.model_version)
         seed = asked.seed if asked.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        rows = self.encoder.tokenize(model, asked.smiles, field="smiles")
+        decoded_rows = len(rows) * asked.num_samples * (asked.beam_size if asked.method is DecodingMethod.BEAM else 1)
+        work = Work(f"{model.name}/generate").on(model.graph(GraphRole.ENCODER), map(len, rows))
+        async with self.encoder.scheduler.admitted(work.on(model.graph(GraphRole.DECODER), [asked.max_length] * decoded_rows)):
+            return await self._generate(model, asked, seed, rows)
+
+    async def _generate(self, model: ServedModel, asked: GenerateInput, seed: int, rows: list[np.ndarray]) -> Generated:
         rng = np.random.default_rng(seed)
-        encoded = await self.encoder.encode(model, asked.smiles, field="smiles")
+        encoded = await self.encoder.encode(model, rows)
         # Every seed molecule's latent, repeated per sample and perturbed by scaled Gaussian noise.
         states = np.repeat(encoded.hidden_states, asked.num_samples, axis=0)
         mask = np.repeat(encoded.attention_mask, asked.num_samples, axis=0)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from model_catalog import SCORED_AMINO_ACIDS, Capability, GraphRole
-from serving.engine.cost import estimate
+from serving.engine.cost import Work, estimate
 from serving.engine.encoding import Encoder
 from serving.engine.graphs import GraphCalls
 from serving.engine.inputs import ScoreInput, ScoringMethod, SequencesInput
@@ -41,9 +41,10 @@ class ProteinLanguageModel:
         rows = self.encoder.tokenize(model, asked.sequences, truncate=asked.truncate, masks=True)
         tokenizer = self.encoder.tokenizers[model.name]
         first, after = len(tokenizer.prefix_ids), len(tokenizer.suffix_ids)
-        residues = [
-            log_probs[first : len(row) - after] for row, log_probs in zip(rows, await self.log_probs(model, rows))
-        ]
+        work = Work(f"{model.name}/logits").on(model.graph(GraphRole.LANGUAGE_MODEL), map(len, rows))
+        async with self.encoder.scheduler.admitted(work):
+            log_probs = await self.log_probs(model, rows)
+        residues = [each[first : len(row) - after] for row, each in zip(rows, log_probs)]
         return LogProbs(
             model.name, model.version, residues, self.encoder.truncated(model, asked, masks=True),
             precision=model.precision(GraphRole.LANGUAGE_MODEL),
@@ -53,7 +54,9 @@ class ProteinLanguageModel:
         """Each input's contact probabilities between every pair of residues."""
         model = await self.registry.model(asked.model, Capability.CONTACTS, asked.model_version)
         rows = self.encoder.tokenize(model, asked.sequences, truncate=asked.truncate)
-        maps = await self.graphs.run_rows(model, rows, "contacts", role=GraphRole.CONTACTS)
+        work = Work(f"{model.name}/contacts").on(model.graph(GraphRole.CONTACTS), map(len, rows))
+        async with self.encoder.scheduler.admitted(work):
+            maps = await self.graphs.run_rows(model, rows, "contacts", role=GraphRole.CONTACTS)
         tokenizer = self.encoder.tokenizers[model.name]
         specials = len(tokenizer.prefix_ids) + len(tokenizer.suffix_ids)
         residues = [contacts[: len(row) - specials, : len(row) - specials] for row, contacts in zip(rows, maps)]
@@ -85,7 +88,9 @@ class ProteinLanguageModel:
                 "per request (BIONEMO_MAX_SCORE_PASSES): send fewer variants or a cheaper method",
             )
         self._refuse_past_the_timeout(model, field, passes, len(wild_type), positions if asked.scan else None)
-        scores = await scorer.scores(variants)
+        work = Work(f"{model.name}/score").on(model.graph(GraphRole.LANGUAGE_MODEL), [len(wild_type)], repeats=passes)
+        async with self.encoder.scheduler.admitted(work):
+            scores = await scorer.scores(variants)
         if asked.scan:
             matrix = np.zeros((len(positions), len(SCORED_AMINO_ACIDS)))
             for (substitution,), score in zip(variants, scores):

@@ -140,7 +140,14 @@ MAX_BODY = Setting(
     "BIONEMO_MAX_REQUEST_BYTES", "33554432", "largest request body in bytes (32 MiB); a larger one is a 413, unread"
 )
 MAX_IN_FLIGHT = Setting(
-    "BIONEMO_MAX_IN_FLIGHT", "64", "requests one API worker handles at once; past it a 503 with Retry-After"
+    "BIONEMO_MAX_IN_FLIGHT", "64", "requests one API worker holds at once, running or queued; past it a 503 with Retry-After"
+)
+MAX_RUNNING = Setting(
+    "BIONEMO_MAX_RUNNING",
+    "4",
+    "requests one API worker runs on Triton at once; the others wait in its queue, fairly between clients, and one "
+    "that could not finish before its deadline is refused at once (503, or 429 for a client over its share, with "
+    "Retry-After)",
 )
 ADMIN_TOKEN = Setting(
     "BIONEMO_ADMIN_TOKEN",
@@ -169,7 +176,7 @@ TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
 `bentoml serve` process that starts tritonserver and every API worker that scrapes it agree."""
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
-    MAX_SCORE_PASSES, MAX_BODY, MAX_IN_FLIGHT, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME, GRPC_METRICS_PORT,
+    MAX_SCORE_PASSES, MAX_BODY, MAX_IN_FLIGHT, MAX_RUNNING, REQUEST_TIMEOUT, ADMIN_TOKEN, RUNTIME, GRPC_METRICS_PORT,
     ESM1NV_GRPC_MODEL,
 )  # fmt: skip
 
@@ -193,6 +200,7 @@ class Settings:
     max_score_passes: int
     max_request_bytes: int
     max_in_flight: int
+    max_running: int
     request_timeout_s: float
     admin_token: str | None = field(repr=False)
     """None: no admin endpoints."""
@@ -230,6 +238,7 @@ class Settings:
             max_score_passes=read(MAX_SCORE_PASSES, lambda raw: _integer(raw, 1), "a positive integer"),
             max_request_bytes=read(MAX_BODY, lambda raw: _integer(raw, 1), "a positive integer"),
             max_in_flight=read(MAX_IN_FLIGHT, lambda raw: _integer(raw, 1), "a positive integer"),
+            max_running=read(MAX_RUNNING, lambda raw: _integer(raw, 1), "a positive integer"),
             request_timeout_s=read(REQUEST_TIMEOUT, _positive_seconds, "a positive number of seconds"),
             admin_token=read(
                 ADMIN_TOKEN, _admin_token, f"at least {MIN_ADMIN_TOKEN_LENGTH} printable characters without spaces"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +21,25 @@ from starlette.requests import Request
 
 from serving.engine.engine import Engine
 from serving.engine.limits import RequestLimits
+from serving.engine.scheduler import Scheduler
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.dataframe import routes as dataframe_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
-from serving.startup.settings import MAX_BODY, MAX_IN_FLIGHT, MAX_SCORE_PASSES, MAX_SEQUENCES, REQUEST_TIMEOUT
+from serving.startup.settings import (
+    MAX_BODY,
+    MAX_IN_FLIGHT,
+    MAX_RUNNING,
+    MAX_SCORE_PASSES,
+    MAX_SEQUENCES,
+    REQUEST_TIMEOUT,
+)
 from serving.triton.registry import ModelRegistry
 from support.fake_runner import FakeRunner
+
+
+_ANSWERING: ContextVar[Request] = ContextVar("answering")
 
 
 @dataclass(frozen=True)
@@ -110,7 +122,9 @@ def engine_over(
     request_seconds: float | None = None,
 ) -> Engine:
     """An Engine (and its registry) over `runner`, as service.py builds it."""
-    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences, max_score_passes, request_seconds))
+    limits = RequestLimits(max_sequences, max_score_passes, request_seconds)
+    scheduler = Scheduler(int(MAX_RUNNING.default), float(REQUEST_TIMEOUT.default))
+    return Engine(runner, ModelRegistry(runner), limits, scheduler)
 
 
 class InProcessService:
@@ -130,7 +144,8 @@ class InProcessService:
         self.engine = engine_over(self.runner, max_sequences, max_score_passes)
         self.registry = self.engine.encoder.registry
         service = RecordingService()
-        endpoint = Endpoints(service, Admission(int(MAX_IN_FLIGHT.default), float(REQUEST_TIMEOUT.default)))
+        admission = Admission(int(MAX_IN_FLIGHT.default), float(REQUEST_TIMEOUT.default), http_request=_ANSWERING.get)
+        endpoint = Endpoints(service, admission)
         native_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
         openai_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
         dataframe_api.mount(endpoint, self.engine, max_request_bytes)
@@ -144,7 +159,9 @@ class InProcessService:
         """POST `body` (bytes as they are, anything else as its JSON) to `path`."""
         route = self.routes[path]
         sent = Body(body if isinstance(body, bytes) else json.dumps(body).encode(), chunk_size)
-        parsed = await route.input.from_http_request(http_request(path, sent, headers))
+        request = http_request(path, sent, headers)
+        _ANSWERING.set(request)  # as BentoML's service context holds the request being answered
+        parsed = await route.input.from_http_request(request)
         response = await route.output.to_http_response(await route.answer(parsed))
         return Answer(response.status_code, dict(response.headers), bytes(response.body))
 

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import uvloop
 
-from serving.errors import ServiceError, grpc_status
+from serving.errors import ServiceError, grpc_status, grpc_trailers
 
 _current_call: ContextVar[grpc.aio.ServicerContext] = ContextVar("bionemo_grpc_call")
 
@@ -42,15 +42,27 @@ class GrpcErrorReply(BaseException):
         self.error = error
 
 
+def current_call() -> grpc.aio.ServicerContext | None:
+    """The gRPC call being answered; None outside one (an HTTP request)."""
+    return _current_call.get(None)
+
+
 def invocation_metadata() -> dict[str, str]:
     """The metadata of the gRPC call being answered, keys in lower case (as gRPC sends them)."""
     metadata = _current_call.get().invocation_metadata() or ()
     return {key.lower(): value for key, value in metadata if isinstance(value, str)}  # `-bin` keys hold bytes
 
 
+async def _abort(context: grpc.aio.ServicerContext, error: ServiceError) -> None:
+    """End the call with `error`'s code and message, and its trailing metadata (when to retry)."""
+    if trailers := grpc_trailers(error):
+        context.set_trailing_metadata(trailers)
+    await context.abort(grpc_status(error), str(error))
+
+
 class ServiceErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Around every unary call: records the call for `invocation_metadata`, and answers a `ServiceError` (bare, or
-    wrapped in `GrpcErrorReply`) with its gRPC code and message."""
+    """Around every unary call: records the call for `invocation_metadata` and admission (its deadline, its client),
+    and answers a `ServiceError` (bare, or wrapped in `GrpcErrorReply`) with its gRPC code, message and trailers."""
 
     async def intercept_service(
         self,
@@ -67,9 +79,9 @@ class ServiceErrorInterceptor(grpc.aio.ServerInterceptor):
             try:
                 return await behavior(request, context)
             except GrpcErrorReply as reply:
-                await context.abort(grpc_status(reply.error), str(reply.error))
+                await _abort(context, reply.error)
             except ServiceError as error:
-                await context.abort(grpc_status(error), str(error))
+                await _abort(context, error)
             finally:
                 _current_call.reset(token)
 

@@ -1,0 +1,167 @@
+"""Admission by estimated cost and a fair queue, in each API worker.
+
+Every engine call states its work (cost.py) once its input is validated. Before anything is sent to Triton the
+scheduler estimates when it would finish: the work of the calls running, what is left of it, plus the work queued
+ahead of it, plus its own, in this worker's seconds (a running call's share of the worker's time is what it is
+charged, so these add up to the time the worker is busy). One that would finish past its caller's deadline is
+refused at once: `OverShare` (429) where its client holds more than its share of the work while others have some,
+else `Overloaded` (503), each with the seconds after which the queue ahead will have drained enough for it
+(`Retry-After`). So past capacity the cores go to answers someone will read, not to requests that would time out.
+
+Admitted calls wait for one of `max_running` places, in start-time fair queueing order (Goyal et al., 1996): each
+call's start tag is the later of the virtual time (the tag of the call last started) and its client's previous
+finish tag, its finish tag the start tag plus its cost. A client that floods queues behind its own work; another
+client's lone request starts next. A caller whose client has gone is never started (the front cancels its task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from serving.engine.caller import ANONYMOUS, CALLER, Caller
+from serving.engine.cost import CostModel, Work
+from serving.errors import Overloaded, OverShare
+from serving.metrics import QUEUED
+
+ADMIT_MARGIN = 0.8
+"""Share of the time left to a caller that its estimated finish may take: estimates err, and a call admitted must be
+answered, not end in a 504."""
+LEFT_FLOOR = 0.1
+"""Least share of its cost a running call is counted as having left, however long it has run already."""
+
+
+@dataclass(eq=False)
+class _Ticket:
+    work: Work
+    caller: Caller
+    cost_s: float
+    start_tag: float
+    finish_tag: float
+    order: int
+    turn: asyncio.Future[None] | None = None
+    charged_at: float | None = None
+    """The scheduler's share clock when the call started; None while it waits."""
+
+
+class Scheduler:
+    """One per API worker: the calls running, those waiting, and the cost model their answers keep current."""
+
+    def __init__(self, max_running: int, default_timeout_s: float) -> None:
+        """`max_running`: calls sent to Triton at once from this worker (BIONEMO_MAX_RUNNING); `default_timeout_s`:
+        the deadline of a call no front set one for (BIONEMO_REQUEST_TIMEOUT_S)."""
+        self.max_running, self.default_timeout_s = max_running, default_timeout_s
+        self.costs = CostModel()
+        self.running: list[_Ticket] = []
+        self.waiting: list[_Ticket] = []
+        self._virtual_time = 0.0
+        self._finish_tags: dict[str, float] = {}
+        self._share_clock = 0.0
+        """Seconds each running call has been charged since the worker started: advances by dt / running."""
+        self._share_clock_at: float | None = None
+        self._arrivals = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, work: Work) -> AsyncIterator[None]:
+        """Run the body as `work`, once admitted and started; `Overloaded` or `OverShare` at once where it cannot
+        finish before its caller's deadline."""
+        caller = CALLER.get() or Caller.from_now(ANONYMOUS, self.default_timeout_s)
+        ticket = self._admit(work, caller)
+        answered = False
+        try:
+            if ticket.turn is not None:
+                await ticket.turn
+            yield
+            answered = True
+        finally:
+            self._finish(ticket, learn=answered)
+
+    def _now(self) -> float:
+        loop_time = asyncio.get_running_loop().time()
+        if self._share_clock_at is not None and self.running:
+            self._share_clock += (loop_time - self._share_clock_at) / len(self.running)
+        self._share_clock_at = loop_time
+        return loop_time
+
+    def _left_s(self, ticket: _Ticket) -> float:
+        charged = self._share_clock - (ticket.charged_at or 0.0)
+        return max(ticket.cost_s - charged, ticket.cost_s * LEFT_FLOOR)
+
+    def _admit(self, work: Work, caller: Caller) -> _Ticket:
+        self._now()
+        cost_s = self.costs.seconds(work)
+        start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
+        ahead_s = sum(self._left_s(ticket) for ticket in self.running)
+        ahead_s += sum(ticket.cost_s for ticket in self.waiting if ticket.start_tag <= start_tag)
+        finish_s = ahead_s + cost_s
+        allowed_s = caller.remaining_s() * ADMIT_MARGIN
+        if finish_s > allowed_s:
+            self._refuse(caller, cost_s, ahead_s, allowed_s)
+        ticket = _Ticket(work, caller, cost_s, start_tag, start_tag + cost_s, next(self._arrivals))
+        self._finish_tags[caller.client] = ticket.finish_tag
+        if len(self.running) < self.max_running and not self.waiting:
+            self._start(ticket)
+        else:
+            ticket.turn = asyncio.get_running_loop().create_future()
+            self.waiting.append(ticket)
+            QUEUED.inc()
+        return ticket
+
+    def _refuse(self, caller: Caller, cost_s: float, ahead_s: float, allowed_s: float) -> None:
+        """Raise the refusal of a call of `cost_s` behind `ahead_s` of work, where `allowed_s` is all it may take."""
+        if cost_s > caller.timeout_s * ADMIT_MARGIN:
+            raise Overloaded.after(
+                cost_s,
+                "request",
+                f"needs about {cost_s:.1f} s of this service's time by itself, more than the "
+                f"{caller.timeout_s:g} s it may take: send less in one request (or allow it more time)",
+            )
+        retry_after_s = ahead_s + cost_s - allowed_s
+        clients = {ticket.caller.client for ticket in [*self.running, *self.waiting]}
+        own_s = sum(t.cost_s for t in [*self.running, *self.waiting] if t.caller.client == caller.client)
+        if len(clients - {caller.client}) and own_s > (ahead_s + cost_s) / max(len(clients | {caller.client}), 1):
+            raise OverShare.after(
+                retry_after_s,
+                "request",
+                f"your requests hold {own_s:.1f} s of this service's work, over your share while others wait; "
+                f"retry after {math.ceil(retry_after_s)} s",
+            )
+        raise Overloaded.after(
+            retry_after_s,
+            "request",
+            f"the work queued ahead would keep it {ahead_s + cost_s:.1f} s, past its deadline "
+            f"({caller.remaining_s():.1f} s left of {caller.timeout_s:g} s); retry after {math.ceil(retry_after_s)} s",
+        )
+
+    def _start(self, ticket: _Ticket) -> None:
+        self._now()
+        ticket.charged_at = self._share_clock
+        self._virtual_time = max(self._virtual_time, ticket.start_tag)
+        self.running.append(ticket)
+
+    def _finish(self, ticket: _Ticket, learn: bool) -> None:
+        self._now()
+        if ticket.charged_at is None:  # cancelled while it waited: its client has gone, or its deadline passed
+            self.waiting.remove(ticket)
+            QUEUED.dec()
+        else:
+            self.running.remove(ticket)
+            if learn:
+                self.costs.learn(ticket.work, self._share_clock - ticket.charged_at)
+        if not self.running and not self.waiting:
+            self._finish_tags.clear()  # idle: every client starts afresh at the virtual time
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the waiting calls of the earliest start tags while places are free."""
+        while self.waiting and len(self.running) < self.max_running:
+            ticket = min(self.waiting, key=lambda waiting: (waiting.start_tag, waiting.order))
+            self.waiting.remove(ticket)
+            QUEUED.dec()
+            self._start(ticket)
+            assert ticket.turn is not None
+            ticket.turn.set_result(None)
