@@ -123,6 +123,14 @@ TRITON_CALL_TIMEOUT_S = 60
 batcher drops a request that has waited this long in its queue (`default_queue_policy`): nobody waits for its answer.
 Without it, at 650M past capacity, the stubs computed such answers for 2 to 4 minutes after 30 s of load."""
 
+class CallPriority(enum.IntEnum):
+    """Triton's priority of a call (its batcher's `priority_levels`; 1 is served first): a client's lone request
+    before the calls of a client with more in flight (serving/engine/scheduler.py), so that a flood does not keep
+    another client's few requests waiting behind its own in Triton's queue."""
+
+    LONE = 1
+    SHARED = 2
+
 
 @dataclass(frozen=True)
 class BatchingPolicy:

@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2
 from model_catalog import (
     EXPORTS_PARAMETER,
     TRITON_CALL_TIMEOUT_S,
+    CallPriority,
     ExportRecord,
     GraphSpec,
     ModelDescription,
@@ -77,6 +78,8 @@ def build_config(
         abandoned = config.dynamic_batching.default_queue_policy  # waited as long as the client does: dropped
         abandoned.timeout_action = model_config_pb2.ModelQueuePolicy.REJECT
         abandoned.default_timeout_microseconds = TRITON_CALL_TIMEOUT_S * 1_000_000
+        config.dynamic_batching.priority_levels = max(CallPriority)
+        config.dynamic_batching.default_priority_level = CallPriority.SHARED
     config.version_policy.latest.num_versions = description.versions_served
     if description.response_cache and not graph.stateful:  # a stateful model's answer depends on its caches
         config.response_cache.enable = True

@@ -76,7 +76,7 @@ class ModelLoadFailed(ServiceError):
 
 class RetryLater(ServiceError):
     """Refused for now, not for what it asks: the same request may succeed after `retry_after_s` (HTTP's
-    `Retry-After`, gRPC's `retry-after` and `grpc-retry-pushback-ms` trailing metadata)."""
+    `Retry-After`, gRPC's `retry-after` and `retry-after-ms` trailing metadata)."""
 
     def __init__(self, problems: list[FieldProblem], retry_after_s: float = 1.0) -> None:
         super().__init__(problems)
@@ -193,10 +193,10 @@ def error_headers(error: ServiceError) -> dict[str, str]:
 
 
 def grpc_trailers(error: ServiceError) -> tuple[tuple[str, str], ...]:
-    """The trailing metadata of a gRPC error: a `RetryLater`'s wait as `retry-after` (seconds, as HTTP's) and
-    `grpc-retry-pushback-ms` (gRPC's retry policy reads it)."""
+    """The trailing metadata of a gRPC error: a `RetryLater`'s wait as `retry-after` (whole seconds, as HTTP's) and
+    `retry-after-ms` (gRPC reserves its own `grpc-retry-pushback-ms` to the library)."""
     if isinstance(error, RetryLater):
-        return (("retry-after", error.retry_after_header), ("grpc-retry-pushback-ms", str(round(error.retry_after_s * 1000))))
+        return (("retry-after", error.retry_after_header), ("retry-after-ms", str(round(error.retry_after_s * 1000))))
     return ()
 
 

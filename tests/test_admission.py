@@ -5,12 +5,14 @@ whose client has gone never started, and the estimates corrected by the answers.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 from starlette.requests import Request
 
+from model_catalog import CallPriority
 from serving.engine.caller import CALLER, Caller
 from serving.engine.cost import LEARNING_RATE, SAMPLE_SPAN, CostModel, Work
 from serving.engine.scheduler import ADMIT_MARGIN, Scheduler
@@ -59,17 +61,17 @@ def test_a_call_the_work_ahead_would_keep_past_its_deadline_is_refused_at_once_w
         held.send("queued", "b", 5.0)
         await held.settle()
         assert held.started == ["running"] and len(scheduler.waiting) == 1
-        # 10 s of deadline, ADMIT_MARGIN of it to finish in: 1 + 5 + 3 s is past it, by about a second.
+        # 10 s of deadline, ADMIT_MARGIN of it to finish in: 1 + 5 + 3 s is past it.
         CALLER.set(Caller.from_now("c", 10.0))
         with pytest.raises(Overloaded) as refused:
             async with scheduler.admitted(Work(EMBED, 3.0)):
                 raise AssertionError("a refused call ran")
         expected_wait = 1.0 + 5.0 + 3.0 - 10.0 * ADMIT_MARGIN
         assert refused.value.retry_after_s == pytest.approx(expected_wait, abs=0.05)
-        assert refused.value.retry_after_header == "1"
+        assert refused.value.retry_after_header == str(math.ceil(expected_wait - 0.05))
         assert "past its deadline" in str(refused.value)
         # a call that fits is admitted and waits its turn
-        held.send("fits", "c", 1.0)
+        held.send("fits", "c", 0.5)
         await held.settle()
         assert len(scheduler.waiting) == 2
         held.release.set()
@@ -272,6 +274,36 @@ def test_an_engine_call_through_the_service_runs_under_the_scheduler_and_is_refu
     # bad input is still a 422, never a refusal
     bad = service.post("/embed", {"sequences": ["MKT1"]}, headers={"X-Request-Timeout": "1"})
     assert bad.status == 422 and bad.error["details"][0]["field"] == "sequences[0]"
+
+
+def test_a_lone_clients_graph_calls_go_first_in_tritons_queue_and_a_flooders_do_not() -> None:
+    service = InProcessService()
+
+    async def test() -> None:
+        await service.call("/embed", {"sequences": ["MKTAYIAKQR"]}, headers={"X-Client-Id": "lone"})
+        assert {call.priority for call in service.runner.calls} == {CallPriority.LONE}
+        service.runner.calls.clear()
+        flood = [{"sequences": ["MKTAYIAKQR" * (1 + index)]} for index in range(8)]
+        await asyncio.gather(*(service.call("/embed", body, headers={"X-Client-Id": "flood"}) for body in flood))
+        assert CallPriority.SHARED in {call.priority for call in service.runner.calls}
+
+    asyncio.run(test())
+
+
+def test_a_waiting_call_whose_time_left_is_now_too_short_is_refused_at_its_turn_not_started() -> None:
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        held.send("running", "a", 1.0)
+        waiting = held.send("waiting", "b", 1.0, timeout_s=3.0)
+        await held.settle()
+        scheduler.costs.factors[EMBED] = 5.0  # the worker has slowed down: 5 s for what was 1 s
+        held.release.set()
+        with pytest.raises(Overloaded, match="too few"):
+            await waiting
+        assert held.started == ["running"] and not scheduler.waiting and not scheduler.running
+
+    run(test)
 
 
 def test_invalid_request_from_a_header_is_raised_before_any_work() -> None:

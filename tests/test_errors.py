@@ -32,7 +32,7 @@ def test_every_error_has_an_http_status_and_a_grpc_code() -> None:
 def test_a_refusal_to_retry_later_carries_its_wait_in_both_protocols() -> None:
     refused = OverShare.after(2.2, "request", "over its share")
     assert error_headers(refused) == {"Retry-After": "3"}
-    assert dict(grpc_trailers(refused)) == {"retry-after": "3", "grpc-retry-pushback-ms": "2200"}
+    assert dict(grpc_trailers(refused)) == {"retry-after": "3", "retry-after-ms": "2200"}
     assert error_headers(Overloaded.after(0.01, "request", "full")) == {"Retry-After": "1"}  # whole seconds, >= 1
     renamed = refused.renamed(lambda field: f"input.{field}")
     assert renamed.retry_after_s == 2.2 and renamed.problems[0].field == "input.request"

@@ -56,6 +56,7 @@ def test_config_parses_as_model_config_and_follows_the_description() -> None:
     abandoned = config.dynamic_batching.default_queue_policy  # queued as long as the runner's client waits: dropped
     assert abandoned.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
     assert abandoned.default_timeout_microseconds == TRITON_CALL_TIMEOUT_S * 1_000_000
+    assert config.dynamic_batching.priority_levels == 2 and config.dynamic_batching.default_priority_level == 2
     assert config.version_policy.latest.num_versions == 1 and not config.HasField("response_cache")
     assert config.parameters["attention_budget"].string_value == str(ESM2.batching.attention_budget)
 

@@ -301,6 +301,22 @@ def test_bionemo_bad_input_is_invalid_argument_naming_the_item(
     assert len(client.embed({"sequences": ["MKT"]})["embeddings"]) == 1  # still answering
 
 
+def test_work_past_the_calls_deadline_is_unavailable_at_once_with_when_to_retry(
+    channel: grpc.Channel, client: Client, bionemo_stubs: dict[str, tuple[ModuleType, ModuleType]]
+) -> None:
+    """`x-request-timeout` is the request's deadline: work that cannot finish by it is refused at once, the wait in the
+    trailers."""
+    proteins, protein_services = bionemo_stubs["esm1nv"]
+    heavy = proteins.InputSpec(seqs=[PROTEINS[0] * (1000 // len(PROTEINS[0]))] * 64)
+    sampler = protein_services.GenerativeSamplerStub(channel)
+    error = call_error(sampler.SeqToEmbedding, heavy, timeout=60, metadata=(("x-request-timeout", "0.5"),))
+    assert error.code() is grpc.StatusCode.UNAVAILABLE, error
+    assert error.details().startswith("request:") and "by itself" in error.details()
+    trailers = dict(error.trailing_metadata())
+    assert int(trailers["retry-after"]) >= 1 and int(trailers["retry-after-ms"]) > 0
+    assert len(client.embed({"sequences": ["MKT"]})["embeddings"]) == 1  # still answering
+
+
 def requests_answered(metrics_port: int) -> dict[tuple[str, str, str], float]:
     """bionemo_requests_total of the gRPC server's metrics port (BentoML serves them at /): (endpoint, model, status
     class) -> count."""

@@ -12,6 +12,7 @@ import numpy as np
 from model_catalog import GraphRole
 from preprocessing import Tokenizer
 from preprocessing.batching import bucketed_chunks
+from serving.engine.scheduler import PRIORITY
 from serving.metrics import record_encoder_batches
 from serving.triton import inference
 from serving.triton.models import ServedModel
@@ -98,4 +99,4 @@ class GraphCalls:
             ]
             return np.concatenate(await asyncio.gather(*(self.infer(model, role, part, output) for part in parts)))
         with self.registry.calling(f"{graph.name} version {model.version}"):
-            return await inference.infer(self.runner, graph, model.version, arrays, output)
+            return await inference.infer(self.runner, graph, model.version, arrays, output, PRIORITY.get())

@@ -11,7 +11,9 @@ else `Overloaded` (503), each with the seconds after which the queue ahead will 
 Admitted calls wait for one of `max_running` places, in start-time fair queueing order (Goyal et al., 1996): each
 call's start tag is the later of the virtual time (the tag of the call last started) and its client's previous
 finish tag, its finish tag the start tag plus its cost. A client that floods queues behind its own work; another
-client's lone request starts next. A caller whose client has gone is never started (the front cancels its task).
+client's lone request starts next, and its graph calls go before others in Triton's queue too (CallPriority). A
+caller whose client has gone is never started (the front cancels its task); one whose deadline the estimates, grown
+since, say it can no longer meet is refused when its turn comes rather than started.
 """
 
 from __future__ import annotations
@@ -23,16 +25,23 @@ import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from contextvars import ContextVar
+
+from model_catalog import CallPriority
 from serving.engine.caller import ANONYMOUS, CALLER, Caller
 from serving.engine.cost import CostModel, Work
 from serving.errors import Overloaded, OverShare
 from serving.metrics import QUEUED
 
-ADMIT_MARGIN = 0.8
+ADMIT_MARGIN = 0.7
 """Share of the time left to a caller that its estimated finish may take: estimates err, and a call admitted must be
 answered, not end in a 504."""
 LEFT_FLOOR = 0.1
 """Least share of its cost a running call is counted as having left, however long it has run already."""
+
+PRIORITY: ContextVar[CallPriority] = ContextVar("bionemo_call_priority", default=CallPriority.SHARED)
+"""The Triton priority of the running call's graph calls (serving/engine/graphs.py): LONE where its client had
+nothing else running or waiting in this worker when it started."""
 
 
 @dataclass(eq=False)
@@ -75,6 +84,8 @@ class Scheduler:
         try:
             if ticket.turn is not None:
                 await ticket.turn
+            lone = not any(other.caller.client == caller.client for other in [*self.running, *self.waiting] if other is not ticket)
+            PRIORITY.set(CallPriority.LONE if lone else CallPriority.SHARED)
             yield
             answered = True
         finally:
@@ -97,7 +108,8 @@ class Scheduler:
         start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
         ahead_s = sum(self._left_s(ticket) for ticket in self.running)
         ahead_s += sum(ticket.cost_s for ticket in self.waiting if ticket.start_tag <= start_tag)
-        finish_s = ahead_s + cost_s
+        # Once started it shares the worker with the others running: its cost is its share, so it lasts that many times.
+        finish_s = ahead_s + cost_s * min(len(self.running) + 1, self.max_running)
         allowed_s = caller.remaining_s() * ADMIT_MARGIN
         if finish_s > allowed_s:
             self._refuse(caller, cost_s, ahead_s, allowed_s)
@@ -145,23 +157,35 @@ class Scheduler:
 
     def _finish(self, ticket: _Ticket, learn: bool) -> None:
         self._now()
-        if ticket.charged_at is None:  # cancelled while it waited: its client has gone, or its deadline passed
+        if ticket in self.running:
+            self.running.remove(ticket)
+            if learn and ticket.charged_at is not None:
+                self.costs.learn(ticket.work, self._share_clock - ticket.charged_at)
+        elif ticket in self.waiting:  # cancelled while it waited: its client has gone, or its deadline passed
             self.waiting.remove(ticket)
             QUEUED.dec()
-        else:
-            self.running.remove(ticket)
-            if learn:
-                self.costs.learn(ticket.work, self._share_clock - ticket.charged_at)
         if not self.running and not self.waiting:
             self._finish_tags.clear()  # idle: every client starts afresh at the virtual time
         self._start_waiting()
 
     def _start_waiting(self) -> None:
-        """Start the waiting calls of the earliest start tags while places are free."""
+        """Start the waiting calls of the earliest start tags while places are free; refuse instead any whose time
+        left is now shorter than its cost."""
         while self.waiting and len(self.running) < self.max_running:
             ticket = min(self.waiting, key=lambda waiting: (waiting.start_tag, waiting.order))
             self.waiting.remove(ticket)
             QUEUED.dec()
-            self._start(ticket)
             assert ticket.turn is not None
+            # it shares the worker with those running: it lasts its cost that many times
+            cost_s = self.costs.seconds(ticket.work) * min(len(self.running) + 1, self.max_running)
+            left_s = ticket.caller.remaining_s()
+            if cost_s > left_s:
+                ticket.turn.set_exception(
+                    Overloaded.after(
+                        cost_s, "request", f"waited its turn until {left_s:.1f} s were left of its deadline, too few "
+                        f"for its {cost_s:.1f} s of work here now; retry after {math.ceil(cost_s)} s",
+                    )  # fmt: skip
+                )
+                continue
+            self._start(ticket)
             ticket.turn.set_result(None)

@@ -1,7 +1,7 @@
 """Admission in each API worker, for every front: who the caller is, its deadline, and its work stopped when it goes.
 
 Each request's deadline is the server's (BIONEMO_REQUEST_TIMEOUT_S), or shorter where the client sends its own: the
-`X-Request-Timeout` header (seconds) over HTTP, the call's deadline over gRPC. Its client, whose work is queued
+`X-Request-Timeout` header (seconds) over HTTP, `x-request-timeout` metadata or the call's deadline over gRPC. Its client, whose work is queued
 fairly against other clients' (serving/engine/scheduler.py), is the `X-Client-Id` header (or gRPC metadata), else the
 peer's address. The engine refuses at once what cannot finish by the deadline; what still runs past it is cancelled
 (504). A client that closes its connection has its request's work cancelled: never started if it waited, stopped
@@ -11,6 +11,7 @@ between Triton calls if it ran. Past BIONEMO_MAX_IN_FLIGHT requests in one worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -78,11 +79,16 @@ def http_arrival(request: Request) -> Arrival:
 
 
 def grpc_arrival(context: grpc.aio.ServicerContext) -> Arrival:
-    """The caller of a gRPC call, from its metadata, peer (`ipv4:127.0.0.1:5000`: its host) and deadline."""
+    """The caller of a gRPC call, from its metadata, peer (`ipv4:127.0.0.1:5000`: its host) and deadline: the shorter
+    of the call's own and `x-request-timeout` metadata. (BentoML's gRPC server hands its interceptors a context
+    wrapped for OpenTelemetry, whose `time_remaining` is not implemented: there the metadata alone says it.)"""
     metadata = {key.lower(): value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
     peer = context.peer() or ANONYMOUS
-    remaining = context.time_remaining()
-    return Arrival(_client_id(metadata.get(CLIENT_HEADER), peer.rpartition(":")[0] or peer), remaining)
+    timeouts = [_client_timeout(metadata.get(TIMEOUT_HEADER))]
+    with contextlib.suppress(NotImplementedError):
+        timeouts.append(context.time_remaining())
+    timeout_s = min((seconds for seconds in timeouts if seconds is not None), default=None)
+    return Arrival(_client_id(metadata.get(CLIENT_HEADER), peer.rpartition(":")[0] or peer), timeout_s)
 
 
 class Admission:

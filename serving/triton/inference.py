@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tritonclient.http.aio as triton_http
 
+from model_catalog import CallPriority
 from serving.triton.models import TritonGraph
 
 UNCOMPRESSED = {"Accept-Encoding": "identity"}
@@ -25,14 +26,23 @@ UNCOMPRESSED = {"Accept-Encoding": "identity"}
 hidden states) for the API worker next to it to unzip: 93-178 ms per request in `make bench`."""
 
 
-async def infer(runner: Any, graph: TritonGraph, version: int, arrays: dict[str, np.ndarray], output: str) -> np.ndarray:
-    """Run `graph` at `version` on `arrays` (by input name) and return its `output`. Triton's error answers raise
-    tritonclient's InferenceServerException; an unreachable Triton, aiohttp's ClientError."""
+async def infer(
+    runner: Any,
+    graph: TritonGraph,
+    version: int,
+    arrays: dict[str, np.ndarray],
+    output: str,
+    priority: CallPriority = CallPriority.SHARED,
+) -> np.ndarray:
+    """Run `graph` at `version` on `arrays` (by input name) and return its `output`, queued in Triton at `priority`
+    (a graph exported without priority levels ignores it). Triton's error answers raise tritonclient's
+    InferenceServerException; an unreachable Triton, aiohttp's ClientError."""
     result = await runner.infer(
         model_name=graph.name,
         inputs=graph.infer_inputs(arrays),
         model_version=str(version),
         outputs=[triton_http.InferRequestedOutput(output, binary_data=True)],
         headers=UNCOMPRESSED,
+        priority=int(priority),
     )
     return result.as_numpy(output)

@@ -87,6 +87,8 @@ class InferCall:
     version: int
     inputs: dict[str, np.ndarray]
     output: str
+    priority: int = 0
+    """Triton's queue priority it was sent with (1 first; 0: the config's default)."""
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -162,7 +164,13 @@ class FakeRunner:
         self.loaded[name] = set()
 
     async def infer(
-        self, model_name: str, inputs: list[Any], model_version: str, outputs: list[Any], headers: dict[str, str]
+        self,
+        model_name: str,
+        inputs: list[Any],
+        model_version: str,
+        outputs: list[Any],
+        headers: dict[str, str],
+        priority: int = 0,
     ) -> FakeResult:
         await self._answer()
         if int(model_version) not in self.loaded.get(model_name, ()):
@@ -174,7 +182,7 @@ class FakeRunner:
             for tensor in inputs
         }
         (output,) = [requested.name() for requested in outputs]
-        call = InferCall(model_name, int(model_version), arrays, output)
+        call = InferCall(model_name, int(model_version), arrays, output, priority)
         self._check(call, [tensor.datatype() for tensor in inputs])
         self.calls.append(call)
         self.in_flight += 1
