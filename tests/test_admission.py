@@ -119,15 +119,15 @@ def test_a_client_over_its_share_is_told_429_while_another_is_told_503() -> None
         held = Held(scheduler)
         held.send("lone", "other", 0.5)
         for index in range(6):
-            held.send(f"flood-{index}", "flooder", 1.0)
+            held.send(f"flood-{index}", "flooder", 1.0, timeout_s=60)
         await held.settle()
         CALLER.set(Caller.from_now("flooder", 10.0))
         with pytest.raises(OverShare, match="over your share"):
             async with scheduler.admitted(Work(EMBED, 2.0)):
                 pass
         CALLER.set(Caller.from_now("newcomer", 10.0))
-        with pytest.raises(Overloaded):
-            async with scheduler.admitted(Work(EMBED, 8.0)):
+        with pytest.raises(Overloaded):  # behind the running call and the flooder's first: 1.5 + 6 s > 7 s
+            async with scheduler.admitted(Work(EMBED, 6.0)):
                 pass
         held.release.set()
         await asyncio.gather(*held.tasks)

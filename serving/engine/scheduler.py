@@ -19,6 +19,7 @@ since, say it can no longer meet is refused when its turn comes rather than star
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import math
@@ -36,6 +37,8 @@ from serving.metrics import QUEUED
 ADMIT_MARGIN = 0.7
 """Share of the time left to a caller that its estimated finish may take: estimates err, and a call admitted must be
 answered, not end in a 504."""
+TURN_MARGIN = 0.9
+"""Share of the time left to a waiting call, when its turn comes, that its cost by the estimates then may take."""
 LEFT_FLOOR = 0.1
 """Least share of its cost a running call is counted as having left, however long it has run already."""
 
@@ -69,6 +72,8 @@ class Scheduler:
         self.waiting: list[_Ticket] = []
         self._virtual_time = 0.0
         self._finish_tags: dict[str, float] = {}
+        self._last_costs: dict[str, float] = {}
+        """Each client's last call's cost, as long as its finish tag is kept."""
         self._share_clock = 0.0
         """Seconds each running call has been charged since the worker started: advances by dt / running."""
         self._share_clock_at: float | None = None
@@ -108,14 +113,20 @@ class Scheduler:
         start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
         ahead_s = sum(self._left_s(ticket) for ticket in self.running)
         ahead_s += sum(ticket.cost_s for ticket in self.waiting if ticket.start_tag <= start_tag)
+        # Another client behind this one in service may yet send a call that starts first: up to the difference of
+        # tags, and about the size of its last.
+        ahead_s += sum(
+            min(max(0.0, start_tag - max(self._virtual_time, finish_tag)), self._last_costs[client])
+            for client, finish_tag in self._finish_tags.items()
+            if client != caller.client
+        )
         # Once started it shares the worker with the others running: its cost is its share, so it lasts that many times.
         finish_s = ahead_s + cost_s * min(len(self.running) + 1, self.max_running)
-        allowed_s = caller.remaining_s() * ADMIT_MARGIN
-        if finish_s > allowed_s:
-            self._refuse(caller, cost_s, ahead_s, allowed_s)
+        if finish_s > caller.remaining_s() * ADMIT_MARGIN:
+            self._refuse(caller, cost_s, finish_s)
         ticket = _Ticket(work, caller, cost_s, start_tag, start_tag + cost_s, next(self._arrivals))
-        self._finish_tags[caller.client] = ticket.finish_tag
-        if len(self.running) < self.max_running and not self.waiting:
+        self._finish_tags[caller.client], self._last_costs[caller.client] = ticket.finish_tag, cost_s
+        if (len(self.running) < self.max_running and not self.waiting) or self._starts_beside(caller.client):
             self._start(ticket)
         else:
             ticket.turn = asyncio.get_running_loop().create_future()
@@ -123,8 +134,9 @@ class Scheduler:
             QUEUED.inc()
         return ticket
 
-    def _refuse(self, caller: Caller, cost_s: float, ahead_s: float, allowed_s: float) -> None:
-        """Raise the refusal of a call of `cost_s` behind `ahead_s` of work, where `allowed_s` is all it may take."""
+    def _refuse(self, caller: Caller, cost_s: float, finish_s: float) -> None:
+        """Raise the refusal of a call of `cost_s` that would finish `finish_s` from now: once the queue has drained
+        that much less than its time allows, the same call fits."""
         if cost_s > caller.timeout_s * ADMIT_MARGIN:
             raise Overloaded.after(
                 cost_s,
@@ -132,22 +144,35 @@ class Scheduler:
                 f"needs about {cost_s:.1f} s of this service's time by itself, more than the "
                 f"{caller.timeout_s:g} s it may take: send less in one request (or allow it more time)",
             )
-        retry_after_s = ahead_s + cost_s - allowed_s
-        clients = {ticket.caller.client for ticket in [*self.running, *self.waiting]}
-        own_s = sum(t.cost_s for t in [*self.running, *self.waiting] if t.caller.client == caller.client)
-        if len(clients - {caller.client}) and own_s > (ahead_s + cost_s) / max(len(clients | {caller.client}), 1):
+        retry_after_s = finish_s - caller.timeout_s * ADMIT_MARGIN
+        wait = f"retry after {max(1, math.ceil(retry_after_s))} s"
+        tickets = [*self.running, *self.waiting]
+        clients = {ticket.caller.client for ticket in tickets} | {caller.client}
+        own_s = sum(ticket.cost_s for ticket in tickets if ticket.caller.client == caller.client)
+        if len(clients) > 1 and own_s > sum(ticket.cost_s for ticket in tickets) / len(clients):
             raise OverShare.after(
                 retry_after_s,
                 "request",
-                f"your requests hold {own_s:.1f} s of this service's work, over your share while others wait; "
-                f"retry after {math.ceil(retry_after_s)} s",
+                f"your requests hold {own_s:.1f} s of this service's work, over your share while others wait; {wait}",
             )
         raise Overloaded.after(
             retry_after_s,
             "request",
-            f"the work queued ahead would keep it {ahead_s + cost_s:.1f} s, past its deadline "
-            f"({caller.remaining_s():.1f} s left of {caller.timeout_s:g} s); retry after {math.ceil(retry_after_s)} s",
+            f"the work queued ahead would keep it {finish_s:.1f} s, past its deadline ({caller.remaining_s():.1f} s "
+            f"left of {caller.timeout_s:g} s); {wait}",
         )
+
+    def _starts_beside(self, client: str) -> bool:
+        """Whether a call of `client`, which has nothing else here, starts at once beside the running ones: where
+        another client, with more of its calls waiting, holds more than its share of the places (up to twice their
+        number), so that a flood does not make a lone request wait for one of its calls to end."""
+        tickets = [*self.running, *self.waiting]
+        if len(self.running) >= 2 * self.max_running or any(ticket.caller.client == client for ticket in tickets):
+            return False
+        share = self.max_running / len({ticket.caller.client for ticket in tickets} | {client})
+        held = collections.Counter(ticket.caller.client for ticket in self.running)
+        flooding = {ticket.caller.client for ticket in self.waiting}
+        return any(places > share for holder, places in held.items() if holder in flooding)
 
     def _start(self, ticket: _Ticket) -> None:
         self._now()
@@ -166,6 +191,7 @@ class Scheduler:
             QUEUED.dec()
         if not self.running and not self.waiting:
             self._finish_tags.clear()  # idle: every client starts afresh at the virtual time
+            self._last_costs.clear()
         self._start_waiting()
 
     def _start_waiting(self) -> None:
@@ -179,11 +205,11 @@ class Scheduler:
             # it shares the worker with those running: it lasts its cost that many times
             cost_s = self.costs.seconds(ticket.work) * min(len(self.running) + 1, self.max_running)
             left_s = ticket.caller.remaining_s()
-            if cost_s > left_s:
+            if cost_s > left_s * TURN_MARGIN:
                 ticket.turn.set_exception(
                     Overloaded.after(
                         cost_s, "request", f"waited its turn until {left_s:.1f} s were left of its deadline, too few "
-                        f"for its {cost_s:.1f} s of work here now; retry after {math.ceil(cost_s)} s",
+                        f"for its {cost_s:.1f} s of work here now; retry after {max(1, math.ceil(cost_s))} s",
                     )  # fmt: skip
                 )
                 continue

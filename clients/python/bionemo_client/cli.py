@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-o", "--output", type=Path, required=True, help=".parquet, .csv, .tsv or .npz, as the command allows")
     common.add_argument("--format", choices=FORMATS, help="the input's format, where its name does not say it")
     common.add_argument("--concurrency", type=int, default=4, help="requests in flight (default: %(default)s)")
-    common.add_argument("--retries", type=int, default=8, help="resends of a request after a 503 or 504 (default: %(default)s)")
+    common.add_argument("--retries", type=int, default=8, help="resends of a request after a 429, 503 or 504 (default: %(default)s)")
+    common.add_argument("--client-id", help="who the service shares its time fairly with others as (default: user@host)")
     common.add_argument("--restart", action="store_true", help="discard a killed run's partial results instead of resuming")
     common.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar, even on a terminal (there is none on a pipe)")  # fmt: skip
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     # end of a job, where the output is written (benchmarks/client_files.py).
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        with Client(args.url, concurrency=args.concurrency, retries=args.retries) as client:
+        with Client(args.url, concurrency=args.concurrency, retries=args.retries, client_id=args.client_id) as client:
             summary = _run(client, args)
     except (InputError, JournalMismatch, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)

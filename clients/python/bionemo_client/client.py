@@ -29,11 +29,12 @@ MOLECULE_MODEL = "megamolbart"
 
 class Client:
     """The service at `url`. `concurrency`: requests in flight at once; `retries`: resends of one request after a
-    503, a 504 or a dropped connection (each after the `Retry-After` the service gives)."""
+    429, 503, 504 or a dropped connection (each after the `Retry-After` the service gives); `client_id`: who the
+    service serves fairly against other clients (default: this user at this host)."""
 
     def __init__(self, url: str = "http://127.0.0.1:3000", *, concurrency: int = 4, retries: int = 8,
-                 timeout: float = 600.0) -> None:  # fmt: skip
-        self.service = Service(url, retries=retries, timeout=timeout, connections=2 * concurrency)
+                 timeout: float = 600.0, client_id: str | None = None) -> None:  # fmt: skip
+        self.service = Service(url, retries=retries, timeout=timeout, connections=2 * concurrency, client_id=client_id)
         self.concurrency = concurrency
         self._models: dict[str, dict[str, Any]] | None = None
 

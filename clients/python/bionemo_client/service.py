@@ -1,13 +1,16 @@
 """Calls to the service over HTTP (httpx): JSON in, JSON out, retried while the service says to come back later.
 
-503 (overloaded, or Triton away) and 504 (past the request's time) are retried, waiting as `Retry-After` says or
-else backing off; so are dropped connections (a server restarting). Any other error is a `ServiceError` carrying the
+429 (this client over its share), 503 (overloaded, or Triton away) and 504 (past the request's time) are retried,
+waiting as `Retry-After` says or else backing off; so are dropped connections (a server restarting). Every request
+names its client (`X-Client-Id`), whose requests the service queues fairly against other clients'. Any other error is a `ServiceError` carrying the
 service's own error body: its type, message and the fields at fault.
 """
 
 from __future__ import annotations
 
+import getpass
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,7 +18,7 @@ from typing import Any
 
 import httpx
 
-RETRIED_STATUSES = (503, 504)
+RETRIED_STATUSES = (429, 503, 504)
 ITEM_FIELD = re.compile(r"^(\w+)\[(\d+)\]")
 
 
@@ -61,17 +64,21 @@ class RetryCount:
 class Service:
     """One service at `url`; thread-safe, so that several requests are in flight at once.
 
-    `retries`: how many times one request is sent again after a 503, a 504 or a dropped connection; `timeout`: the
-    seconds one response may take (the service's own limit, BIONEMO_REQUEST_TIMEOUT_S, is 120 s by default).
+    `retries`: how many times one request is sent again after a 429, 503, 504 or a dropped connection; `timeout`: the
+    seconds one response may take (the service's own limit, BIONEMO_REQUEST_TIMEOUT_S, is 120 s by default);
+    `client_id`: who the service serves fairly against others (default: this user at this host).
     """
 
-    def __init__(self, url: str, *, retries: int = 8, timeout: float = 600.0, connections: int = 16) -> None:
+    def __init__(
+        self, url: str, *, retries: int = 8, timeout: float = 600.0, connections: int = 16, client_id: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.retries = retries
         self.retried = RetryCount()
         self._http = httpx.Client(
             base_url=self.url, timeout=httpx.Timeout(timeout, connect=30.0),
             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            headers={"X-Client-Id": client_id or default_client_id()},
         )  # fmt: skip
 
     def close(self) -> None:
@@ -102,12 +109,18 @@ class Service:
                 continue
             if response.status_code in RETRIED_STATUSES and not last:
                 self.retried.add(str(response.status_code))
-                time.sleep(_retry_after(response) or _backoff(attempt))
+                told = _retry_after(response)  # 0 is "now", not "not said"
+                time.sleep(_backoff(attempt) if told is None else told)
                 continue
             if response.is_success:
                 return response.json()
             raise _refusal(path, response)
         raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
+
+
+def default_client_id() -> str:
+    """`bionemo-client:<user>@<host>`: one user's jobs share one fair share of the service."""
+    return f"bionemo-client:{getpass.getuser()}@{socket.gethostname()}"
 
 
 def _backoff(attempt: int) -> float:

@@ -30,6 +30,8 @@ class StandIn:
     refuse_first: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     """(status, headers) answered to the next requests, one each, before any is answered."""
     bodies: list[dict] = field(default_factory=list)
+    client_ids: list[str | None] = field(default_factory=list)
+    """Each POST's X-Client-Id."""
     fail_after: int | None = None
     """Answer 500 to every request after this many."""
     delay: float = 0.0
@@ -63,6 +65,7 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
             with stand_in.lock:
                 stand_in.bodies.append(body)
+                stand_in.client_ids.append(self.headers.get("X-Client-Id"))
                 refusal = stand_in.refuse_first.pop(0) if stand_in.refuse_first else None
                 broken = stand_in.fail_after is not None and len(stand_in.bodies) > stand_in.fail_after
             time.sleep(stand_in.delay)

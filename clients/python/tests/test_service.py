@@ -1,4 +1,5 @@
-"""The HTTP layer: 503 and 504 retried after Retry-After, other refusals raised with the service's details."""
+"""The HTTP layer: 429, 503 and 504 retried after Retry-After, other refusals raised with the service's details; every
+request names its client."""
 
 from __future__ import annotations
 
@@ -6,18 +7,27 @@ import time
 
 import pytest
 
-from bionemo_client.service import Problem, Service, ServiceError
+from bionemo_client.service import Problem, Service, ServiceError, default_client_id
 
 
-def test_503_and_504_are_retried_after_retry_after(stand_in) -> None:
-    stand_in.refuse_first = [(503, {"Retry-After": "1"}), (504, {"Retry-After": "0"})]
+def test_429_503_and_504_are_retried_after_retry_after(stand_in) -> None:
+    stand_in.refuse_first = [(503, {"Retry-After": "1"}), (429, {"Retry-After": "0"}), (504, {"Retry-After": "0"})]
     with Service(stand_in.url) as service:
         started = time.monotonic()
         answer = service.post("/embed", {"model": "esm2nv", "sequences": ["MKT"]})
         waited = time.monotonic() - started
-    assert answer["dim"] == 8 and len(stand_in.bodies) == 3
+    assert answer["dim"] == 8 and len(stand_in.bodies) == 4
     assert 1.0 <= waited < 3.0, waited
-    assert str(service.retried) == "1 x 503, 1 x 504"
+    assert str(service.retried) == "1 x 429, 1 x 503, 1 x 504"
+
+
+def test_every_request_names_its_client(stand_in) -> None:
+    with Service(stand_in.url, client_id="team-a") as service:
+        service.post("/embed", {"model": "esm2nv", "sequences": ["MKT"]})
+    with Service(stand_in.url) as service:
+        service.post("/embed", {"model": "esm2nv", "sequences": ["MKT"]})
+    assert stand_in.client_ids[0] == "team-a"
+    assert stand_in.client_ids[1] == default_client_id() and default_client_id().startswith("bionemo-client:")
 
 
 def test_retries_run_out_into_an_error(stand_in) -> None:
