@@ -122,6 +122,12 @@ BENCH_GENERATE_USERS ?= 1 16
 BENCH_CLIENT_SECONDS ?= 600
 # bentoml.batch.run_in_spark of the cpu bento in local[2] over this many proteins (benchmarks/spark_throughput.py).
 BENCH_SPARK_SEQUENCES ?= 2000
+# The overload step (benchmarks/overload.py): /embed at 2x, 4x and 8x its saturating concurrency, each request's
+# X-Request-Timeout BENCH_DEADLINE_S, each step BENCH_OVERLOAD_SECONDS; at 8M the CLI on a FASTA of this many proteins
+# under 4x. It runs last: a missed target exits 1 once every other figure is written.
+BENCH_OVERLOAD_SECONDS ?= 20
+BENCH_DEADLINE_S ?= 5
+BENCH_OVERLOAD_FILE ?= 10000
 
 $(BENCH_READY): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[bench]'
@@ -142,6 +148,8 @@ ifeq ($(MODEL_SIZE),)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
 	$(BIN)/python -m benchmarks.client_files --million-seconds $(BENCH_CLIENT_SECONDS)
 	$(BIN)/python -m benchmarks.spark_throughput --sequences $(BENCH_SPARK_SEQUENCES)
+	$(BIN)/python -m benchmarks.overload --label 8M --seconds $(BENCH_OVERLOAD_SECONDS) --deadline $(BENCH_DEADLINE_S) \
+		--client-file $(BENCH_OVERLOAD_FILE)
 else
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
@@ -152,6 +160,8 @@ else
 		$(REAL_SIZES_OPTIONS)
 	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)-int8
+	$(BIN)/python -m benchmarks.overload --repository $(SIZED_REPOSITORY) --label $(MODEL_SIZE) \
+		--seconds $(BENCH_OVERLOAD_SECONDS) --deadline $(BENCH_DEADLINE_S)
 endif
 
 # How cost grows with the model and the protein: /embed tokens/s and a scan's time, esm2nv served at 8M (the

@@ -113,6 +113,25 @@ def test_a_lone_request_of_another_client_starts_before_a_flooding_clients_queue
     run(test)
 
 
+def test_an_admitted_call_near_its_deadline_starts_before_newcomers_with_earlier_tags() -> None:
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=60)
+        held = Held(scheduler)
+        held.send("running", "a", 1.0, timeout_s=60)
+        held.send("b-first", "b", 1.0, timeout_s=60)
+        held.send("b-second", "b", 1.0, timeout_s=5)  # start tag 1: behind b's first
+        await held.settle()
+        held.send("newcomer", "c", 1.0, timeout_s=60)  # start tag 0: before b's second by fair queueing alone
+        await held.settle()
+        assert len(scheduler.waiting) == 3
+        scheduler.costs.factors[EMBED] = 3.0  # now b's second has under URGENT_SLACK times its cost left
+        held.release.set()
+        await asyncio.gather(*held.tasks)
+        assert held.started[:2] == ["running", "b-second"]
+
+    run(test)
+
+
 def test_a_client_over_its_share_is_told_429_while_another_is_told_503() -> None:
     async def test() -> None:
         scheduler = Scheduler(max_running=1, default_timeout_s=10)

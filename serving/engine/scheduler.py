@@ -11,7 +11,8 @@ else `Overloaded` (503), each with the seconds after which the queue ahead will 
 Admitted calls wait for one of `max_running` places, in start-time fair queueing order (Goyal et al., 1996): each
 call's start tag is the later of the virtual time (the tag of the call last started) and its client's previous
 finish tag, its finish tag the start tag plus its cost. A client that floods queues behind its own work; another
-client's lone request starts next, and its graph calls go before others in Triton's queue too (CallPriority). A
+client's lone request starts next, and its graph calls go before others in Triton's queue too (CallPriority); a
+waiting call whose deadline nears starts before any start tag, so that clients new to the queue cannot keep it. A
 caller whose client has gone is never started (the front cancels its task); one whose deadline the estimates, grown
 since, say it can no longer meet is refused when its turn comes rather than started.
 """
@@ -37,6 +38,8 @@ from serving.metrics import QUEUED
 ADMIT_MARGIN = 0.7
 """Share of the time left to a caller that its estimated finish may take: estimates err, and a call admitted must be
 answered, not end in a 504."""
+URGENT_SLACK = 2.0
+"""A waiting call with less than this many times its cost left before its deadline starts before any start tag."""
 TURN_MARGIN = 0.9
 """Share of the time left to a waiting call, when its turn comes, that its cost by the estimates then may take."""
 LEFT_FLOOR = 0.1
@@ -194,11 +197,25 @@ class Scheduler:
             self._last_costs.clear()
         self._start_waiting()
 
+    def _next(self) -> _Ticket:
+        """The waiting call to start: the one nearest its deadline among those whose time left is down to
+        URGENT_SLACK times what they need (so that calls of clients new to the queue, whose start tags come first,
+        cannot keep an admitted call waiting past its deadline), else the earliest start tag."""
+        sharing = min(len(self.running) + 1, self.max_running)
+        urgent = [
+            ticket
+            for ticket in self.waiting
+            if ticket.caller.remaining_s() < URGENT_SLACK * self.costs.seconds(ticket.work) * sharing
+        ]
+        if urgent:
+            return min(urgent, key=lambda ticket: ticket.caller.deadline)
+        return min(self.waiting, key=lambda waiting: (waiting.start_tag, waiting.order))
+
     def _start_waiting(self) -> None:
-        """Start the waiting calls of the earliest start tags while places are free; refuse instead any whose time
-        left is now shorter than its cost."""
+        """Start waiting calls while places are free (`_next`); refuse instead any whose time left is now shorter
+        than its cost."""
         while self.waiting and len(self.running) < self.max_running:
-            ticket = min(self.waiting, key=lambda waiting: (waiting.start_tag, waiting.order))
+            ticket = self._next()
             self.waiting.remove(ticket)
             QUEUED.dec()
             assert ticket.turn is not None
