@@ -325,6 +325,25 @@ def test_a_waiting_call_whose_time_left_is_now_too_short_is_refused_at_its_turn_
     run(test)
 
 
+def test_a_call_still_waiting_when_only_its_works_time_is_left_is_given_up_before_its_deadline() -> None:
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        held.send("running", "a", 0.1, timeout_s=60)  # never ends by itself
+        waiting = held.send("waiting", "b", 0.1, timeout_s=1.0)
+        await held.settle()
+        began = asyncio.get_running_loop().time()
+        with pytest.raises(Overloaded, match="waited its turn"):
+            await waiting
+        # given up at its deadline less its work's time, never started: a 503, not a 504 at 1 s
+        assert asyncio.get_running_loop().time() - began < 1.0 - 0.1
+        assert held.started == ["running"] and not scheduler.waiting
+        held.release.set()
+        await asyncio.gather(*held.tasks, return_exceptions=True)
+
+    run(test)
+
+
 def test_invalid_request_from_a_header_is_raised_before_any_work() -> None:
     async def test() -> None:
         request = http_request("/embed", Body(b"{}"), {"X-Request-Timeout": "0"})

@@ -30,6 +30,11 @@ def _installed_server(target: Path) -> Path | None:
     return INSTALLED_SERVER if INSTALLED_SERVER.is_file() else None
 
 
+TRITON_NICENESS = 5
+"""tritonserver's and its stubs' niceness: they take the cores the API workers leave; a refusal past capacity, which
+waits for a core behind the models' work otherwise, is answered at once."""
+
+
 def _supervising_wrapper(about: str, environment: list[str], server: list[str]) -> str:
     """Bash script that runs `server "$@"` and, however the server ends, ends the python backend stubs with it
     and removes their shared-memory regions.
@@ -51,7 +56,8 @@ case "$*" in
     *shm-region-prefix-name=*) own_prefix=() ;;
     *) own_prefix=("--backend-config=python,shm-region-prefix-name=$shm_prefix") ;;
 esac
-{shlex.join(server)} "${{own_prefix[@]}}" "$@" &
+# Niced: on cores the models keep busy, the API workers answer refusals and readiness first.
+nice -n {TRITON_NICENESS} {shlex.join(server)} "${{own_prefix[@]}}" "$@" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null' TERM INT
 wait "$server"

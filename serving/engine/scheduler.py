@@ -61,6 +61,8 @@ class _Ticket:
     turn: asyncio.Future[None] | None = None
     charged_at: float | None = None
     """The scheduler's share clock when the call started; None while it waits."""
+    expiry: asyncio.TimerHandle | None = None
+    """While it waits: when it is given up, its time left too short for its work (`_expire`)."""
 
 
 class Scheduler:
@@ -132,10 +134,20 @@ class Scheduler:
         if (len(self.running) < self.max_running and not self.waiting) or self._starts_beside(caller.client):
             self._start(ticket)
         else:
-            ticket.turn = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            ticket.turn = loop.create_future()
+            needs_s = cost_s * self.max_running / TURN_MARGIN
+            ticket.expiry = loop.call_at(caller.deadline - needs_s, self._expire, ticket)
             self.waiting.append(ticket)
             QUEUED.inc()
         return ticket
+
+    def _expire(self, ticket: _Ticket) -> None:
+        """Give up a call still waiting when no more than its work's time is left: a 503 now, not a 504 later."""
+        if ticket in self.waiting:
+            self.waiting.remove(ticket)
+            QUEUED.dec()
+            self._give_up(ticket, self.costs.seconds(ticket.work) * self.max_running)
 
     def _refuse(self, caller: Caller, cost_s: float, finish_s: float) -> None:
         """Raise the refusal of a call of `cost_s` that would finish `finish_s` from now: once the queue has drained
@@ -179,6 +191,8 @@ class Scheduler:
 
     def _start(self, ticket: _Ticket) -> None:
         self._now()
+        if ticket.expiry is not None:
+            ticket.expiry.cancel()
         ticket.charged_at = self._share_clock
         self._virtual_time = max(self._virtual_time, ticket.start_tag)
         self.running.append(ticket)
@@ -212,7 +226,7 @@ class Scheduler:
         return min(self.waiting, key=lambda waiting: (waiting.start_tag, waiting.order))
 
     def _start_waiting(self) -> None:
-        """Start waiting calls while places are free (`_next`); refuse instead any whose time left is now shorter
+        """Start waiting calls while places are free (`_next`); give up instead any whose time left is now shorter
         than its cost."""
         while self.waiting and len(self.running) < self.max_running:
             ticket = self._next()
@@ -223,12 +237,21 @@ class Scheduler:
             cost_s = self.costs.seconds(ticket.work) * min(len(self.running) + 1, self.max_running)
             left_s = ticket.caller.remaining_s()
             if cost_s > left_s * TURN_MARGIN:
-                ticket.turn.set_exception(
-                    Overloaded.after(
-                        cost_s, "request", f"waited its turn until {left_s:.1f} s were left of its deadline, too few "
-                        f"for its {cost_s:.1f} s of work here now; retry after {max(1, math.ceil(cost_s))} s",
-                    )  # fmt: skip
-                )
+                self._give_up(ticket, cost_s)
                 continue
             self._start(ticket)
             ticket.turn.set_result(None)
+
+    @staticmethod
+    def _give_up(ticket: _Ticket, cost_s: float) -> None:
+        """Answer a waiting call that can no longer finish in time with a 503 instead of starting it."""
+        assert ticket.turn is not None
+        if ticket.expiry is not None:
+            ticket.expiry.cancel()
+        left_s = ticket.caller.remaining_s()
+        ticket.turn.set_exception(
+            Overloaded.after(
+                cost_s, "request", f"waited its turn until {left_s:.1f} s were left of its deadline, too few for its "
+                f"{cost_s:.1f} s of work here now; retry after {max(1, math.ceil(cost_s))} s",
+            )  # fmt: skip
+        )
