@@ -213,7 +213,10 @@ async def client_file_under_overload(running: Running, records: int, clients: in
 
 
 def commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    """HEAD, with `+changes` where tracked files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
+    return head + ("+changes" if changed.stdout.strip() else "")
 
 
 def checked(steps: dict[str, Step], saturation: float, deadline_s: float) -> dict[str, dict]:
@@ -226,13 +229,13 @@ def checked(steps: dict[str, Step], saturation: float, deadline_s: float) -> dic
             "value": round(step.goodput / saturation, 3), "target": f">= {TARGETS['goodput_share']}",
             "met": step.goodput >= TARGETS["goodput_share"] * saturation,
         }
-        refusal = summary["refused_p99_s"]
+        refusal = summary["refused_p99_s"] and round(summary["refused_p99_s"], 3)
         results[f"{factor}x refusals p99 (s)"] = {
             "value": refusal, "target": f"<= {TARGETS['refusal_p99_s']}",
             "met": refusal is None or refusal <= TARGETS["refusal_p99_s"],
         }
         results[f"{factor}x 504s"] = {"value": step.statuses.get("504", 0), "target": "0", "met": "504" not in step.statuses}
-    deadline_misses = {name: step.summary()["answered_p99_s"] for name, step in steps.items() if step.answered_s}
+    deadline_misses = {name: round(step.summary()["answered_p99_s"], 3) for name, step in steps.items() if step.answered_s}
     results["answered p99 within the deadline"] = {
         "value": deadline_misses, "target": "<= deadline", "met": all(p99 <= deadline_s for p99 in deadline_misses.values()),
     }
@@ -262,7 +265,7 @@ async def measure(running: Running, seconds: float, deadline_s: float) -> tuple[
         print(f"  {clients:>3} clients: {sweep[clients].goodput:,.0f} tokens/s {sweep[clients].statuses}", flush=True)
     best = max(step.goodput for step in sweep.values())
     saturating = min(clients for clients, step in sweep.items() if step.goodput >= 0.9 * best)
-    steps["saturation"] = sweep[saturating]
+    steps["saturation"] = max(sweep.values(), key=lambda step: step.goodput)
     saturating = max(saturating, LEAST_SATURATING)
     for factor in OVERLOADS:
         step = await run_step(running, f"overload-{factor}x", factor * saturating, seconds, deadline_s)
@@ -282,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=5.0, help="each request's X-Request-Timeout")
     parser.add_argument("--client-file", type=int, default=0, help="proteins of the CLI's FASTA under 4x (0: none)")
     parser.add_argument("--json", type=Path, help="where the raw results go (default: benchmarks/results/)")
+    parser.add_argument("--render", type=Path, help="print the markdown of a run's JSON, and nothing else")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
+    measured_at = commit()  # the code that runs, whatever is committed meanwhile
     running = start(service(args.repository.resolve()), timeout=1800)
     client_file = None
     try:
@@ -300,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "overload", "label": args.label, "cpu": cpu_model(), "cores": psutil.cpu_count(),
         "flags": sorted(flag for flag in _cpu_flags() if flag.startswith(("avx", "amx", "fma"))),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit(), "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
         "command": " ".join(["python -m benchmarks.overload", *(argv if argv is not None else sys.argv[1:])]),
         "deadline_s": args.deadline, "request": {"proteins": PROTEINS, "residues": RESIDUES, "tokens": TOKENS},
         "saturation_tokens_per_s": round(saturation, 1), "saturating_clients": saturating,
@@ -310,18 +318,41 @@ def main(argv: list[str] | None = None) -> int:
     destination = args.json or ROOT / "benchmarks" / "results" / f"overload-{args.label}.json"
     destination.parent.mkdir(parents=True, exist_ok=True)
     destination.write_text(json.dumps(record, indent=1))
-    print(f"saturation: {saturation:,.0f} tokens/s at {saturating} clients")
-    print("| step | clients | goodput tok/s | statuses | answered p99 s | refusals p99 s | lone p50 s |")
-    print("|---|---:|---:|---|---:|---:|---:|")
-    for name, step in steps.items():
-        s = step.summary()
-        print(f"| {name} | {s['clients']} | {s['goodput_tokens_per_s']:,.0f} | {s['statuses']} | {s['answered_p99_s']} | "
-              f"{s['refused_p99_s']} | {s['lone_p50_s']} |")  # fmt: skip
-    missed = [name for name, target in targets.items() if not target["met"]]
-    for name, target in targets.items():
-        print(f"- {name}: {target['value']} (target {target['target']}): {'met' if target['met'] else 'MISSED'}")
+    print(render(record))
     print(f"wrote {destination}")
+    missed = [name for name, target in targets.items() if not target["met"]]
     return 1 if missed else 0
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def render(record: dict) -> str:
+    """The run's markdown: what measured it, each step, each target. docs/performance.md's overload tables are this
+    output (`python -m benchmarks.overload --render FILE`)."""
+    lines = [
+        f"esm2nv {record['label']}, {record['cpu']} ({record['cores']} cores), {record['date']}, commit "
+        f"{record['commit']}: `{record['command']}`. Requests of {record['request']['proteins']} proteins of "
+        f"{record['request']['residues']} residues, X-Request-Timeout {record['deadline_s']:g} s; saturation "
+        f"{record['saturation_tokens_per_s']:,.0f} tokens/s; overload steps at 2x, 4x, 8x of "
+        f"{record['saturating_clients']} clients.",
+        "",
+        "| step | clients | goodput tok/s | answered | refused | 504 | answered p99 s | refusals p99 s | lone p50 s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, step in record["steps"].items():
+        statuses = step["statuses"]
+        refused = statuses.get("429", 0) + statuses.get("503", 0)
+        lines.append(
+            f"| {name} | {step['clients']} | {step['goodput_tokens_per_s']:,.0f} | {statuses.get('200', 0)} | {refused} | "
+            f"{statuses.get('504', 0)} | {_seconds(step['answered_p99_s'])} | {_seconds(step['refused_p99_s'])} | "
+            f"{_seconds(step['lone_p50_s'])} |"
+        )  # fmt: skip
+    lines += ["", "| target | value | wanted | |", "|---|---|---|---|"]
+    for name, target in record["targets"].items():
+        lines.append(f"| {name} | {target['value']} | {target['target']} | {'met' if target['met'] else '**missed**'} |")
+    return "\n".join(lines)
 
 
 def _cpu_flags() -> set[str]:
