@@ -344,6 +344,27 @@ def test_a_call_still_waiting_when_only_its_works_time_is_left_is_given_up_befor
     run(test)
 
 
+def test_past_the_in_flight_bound_a_request_is_refused_at_once_never_started() -> None:
+    async def test() -> None:
+        admission = Admission(1, 60.0)
+        release = asyncio.Event()
+        first = asyncio.ensure_future(admission.run(release.wait()))
+        await asyncio.sleep(0)
+        started = []
+
+        async def second() -> None:
+            started.append(True)
+
+        with pytest.raises(Overloaded, match="BIONEMO_MAX_IN_FLIGHT") as refused:
+            await admission.run(second())
+        assert refused.value.retry_after_header == "1" and not started
+        release.set()
+        await first
+        assert admission.in_flight == 0
+
+    run(test)
+
+
 def test_invalid_request_from_a_header_is_raised_before_any_work() -> None:
     async def test() -> None:
         request = http_request("/embed", Body(b"{}"), {"X-Request-Timeout": "0"})

@@ -106,7 +106,7 @@ def test_sigterm_drains_the_requests_in_flight_before_exit(own_service: RunningS
 
 @pytest.fixture(scope="module")
 def limited_service() -> Iterator[RunningService]:
-    """One API worker that admits three requests at once, for two seconds each."""
+    """One API worker that holds three requests at once, for two seconds each."""
     limits = {"BIONEMO_API_WORKERS": "1", "BIONEMO_MAX_IN_FLIGHT": "3", "BIONEMO_REQUEST_TIMEOUT_S": "2"}
     running = start_launcher({"BIONEMO_MODELS": "esm2nv,megamolbart", **limits})
     yield running
@@ -115,7 +115,7 @@ def limited_service() -> Iterator[RunningService]:
 
 SLOW = {"smiles": ["CCO", "c1ccccc1", "CCN", "CCC"], "num_samples": 8, "method": "beam", "beam_size": 16,
         "max_length": 400, "scaled_radius": 100.0}  # fmt: skip
-"""512 hypotheses decoded for up to 400 steps: far past the two seconds on two cores."""
+"""512 hypotheses decoded for up to 400 steps: far past the two seconds on two cores, as the estimates know."""
 
 
 def timed_post(url: str, body: dict[str, object]) -> tuple[requests.Response, float]:
@@ -124,25 +124,26 @@ def timed_post(url: str, body: dict[str, object]) -> tuple[requests.Response, fl
     return response, time.monotonic() - started
 
 
-def test_a_slow_request_gets_a_504_and_does_not_hold_up_the_others(limited_service: RunningService) -> None:
+def test_a_request_that_cannot_finish_in_time_is_refused_at_once_and_does_not_hold_up_the_others(
+    limited_service: RunningService,
+) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
         slow = pool.submit(timed_post, f"{limited_service.url}/generate", SLOW)
         time.sleep(0.3)
         quick, quick_seconds = timed_post(f"{limited_service.url}/embed", {"sequences": ["MKT"]})
         answer, seconds = slow.result()
     assert quick.status_code == 200 and quick_seconds < 1.5, (quick.text, quick_seconds)
-    assert answer.status_code == 504 and 2 <= seconds < 4, (answer.text, seconds)
+    assert answer.status_code == 503 and seconds < 1, (answer.text, seconds)
+    assert int(answer.headers["Retry-After"]) >= 1
     error = answer.json()["error"]
-    assert error["type"] == "deadline_exceeded" and "BIONEMO_REQUEST_TIMEOUT_S" in error["message"]
+    assert error["type"] == "overloaded" and "more than the 2 s it may take" in error["message"]
 
 
-def test_past_the_in_flight_limit_requests_get_a_503_with_retry_after_at_once(limited_service: RunningService) -> None:
+def test_past_capacity_every_request_is_answered_at_once_with_retry_after(limited_service: RunningService) -> None:
     with ThreadPoolExecutor(max_workers=6) as pool:
         answers = list(pool.map(lambda _: timed_post(f"{limited_service.url}/generate", SLOW), range(6)))
-    refused = [(response, seconds) for response, seconds in answers if response.status_code == 503]
-    assert sorted(response.status_code for response, _ in answers) == [503] * 3 + [504] * 3, [a.text for a, _ in answers]
-    for response, seconds in refused:
-        assert response.headers["Retry-After"] == "1" and seconds < 1, seconds
-        assert response.json()["error"]["type"] == "overloaded"
+    for response, seconds in answers:
+        assert response.status_code == 503 and seconds < 1, (response.text, seconds)
+        assert int(response.headers["Retry-After"]) >= 1 and response.json()["error"]["type"] == "overloaded"
     healthy = requests.post(f"{limited_service.url}/embed", json={"sequences": ["MKT"]}, timeout=60)
     assert healthy.status_code == 200, healthy.text

@@ -125,8 +125,7 @@ class Scheduler:
             for client, finish_tag in self._finish_tags.items()
             if client != caller.client
         )
-        # Once started it shares the worker with the others running: its cost is its share, so it lasts that many times.
-        finish_s = ahead_s + cost_s * min(len(self.running) + 1, self.max_running)
+        finish_s = ahead_s + cost_s
         if finish_s > caller.remaining_s() * ADMIT_MARGIN:
             self._refuse(caller, cost_s, finish_s)
         ticket = _Ticket(work, caller, cost_s, start_tag, start_tag + cost_s, next(self._arrivals))

@@ -144,7 +144,7 @@ MAX_IN_FLIGHT = Setting(
 )
 MAX_RUNNING = Setting(
     "BIONEMO_MAX_RUNNING",
-    "2",
+    "4",
     "requests one API worker runs on Triton at once; the others wait in its queue, fairly between clients, and one "
     "that could not finish before its deadline is refused at once (503, or 429 for a client over its share, with "
     "Retry-After)",
