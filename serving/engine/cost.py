@@ -9,14 +9,11 @@ request that the work queued ahead of it would keep past its deadline.
 
 from __future__ import annotations
 
-import re
+import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from serving.triton.models import TritonGraph
-
-TIMED_SHAPE = re.compile(r"(\d+)x(\d+)$")
-"""A timed shape, `<rows>x<tokens>` (the decoder's: `generation <rows>x<tokens>`, rows generating that many tokens)."""
 
 UNTIMED_MS_PER_TOKEN = 0.05
 """A graph's cost per token where it was not timed (a remote repository, a GPU target, the layers and contacts
@@ -36,11 +33,7 @@ def estimate(graph: TritonGraph, rows: int, tokens: int) -> Estimate | None:
     not counted on to share the rows (esm2nv 150M on the 2-core AMD EPYC: a range of 119 passes, sized for its 2
     instances, ran past 120 s; one of 59, sized for one, was answered in 42 s). Conservative, then: a refusal's ranges
     finish. None where the graph was not timed (a remote repository, a GPU target)."""
-    timed = [
-        (int(shape.group(1)), int(shape.group(2)), ms)
-        for name, ms in graph.runtime.milliseconds.items()
-        if (shape := TIMED_SHAPE.search(name))
-    ]
+    timed = graph.runtime.timed_shapes
     if not timed:
         return None
     wide_enough = [shape for shape in timed if shape[1] >= tokens] or [max(timed, key=lambda shape: shape[1])]
@@ -54,9 +47,9 @@ def nominal_seconds(graph: TritonGraph, tokens_per_row: Iterable[int], repeats: 
     """Seconds of `graph`'s work on rows of these token counts, each `repeats` times (a score's passes), as the
     start-up timings give them; UNTIMED_MS_PER_TOKEN per token where the graph was not timed."""
     total = 0.0
-    for tokens in tokens_per_row:
-        timed = estimate(graph, repeats, tokens)
-        total += timed.seconds if timed else repeats * tokens * UNTIMED_MS_PER_TOKEN / 1000
+    for tokens, rows in collections.Counter(tokens_per_row).items():
+        timed = estimate(graph, rows * repeats, tokens)
+        total += timed.seconds if timed else rows * repeats * tokens * UNTIMED_MS_PER_TOKEN / 1000
     return total
 
 

@@ -25,9 +25,8 @@ import contextlib
 import itertools
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from model_catalog import CallPriority
 from serving.engine.caller import ANONYMOUS, CALLER, Caller
@@ -232,7 +231,9 @@ class Scheduler:
             self.waiting.remove(ticket)
             QUEUED.dec()
             assert ticket.turn is not None
-            # it shares the worker with those running: it lasts its cost that many times
+            # once started it shares the worker with those running, and lasts its cost that many times: admission,
+            # which counts the work ahead drained at the worker's pace, does not multiply (concurrent decodes share
+            # their steps); a call started short of that time would end in a 504
             cost_s = self.costs.seconds(ticket.work) * min(len(self.running) + 1, self.max_running)
             left_s = ticket.caller.remaining_s()
             if cost_s > left_s * TURN_MARGIN:

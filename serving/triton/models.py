@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -32,6 +33,9 @@ from model_catalog import (
 )
 
 
+TIMED_SHAPE = re.compile(r"(\d+)x(\d+)$")
+
+
 @dataclass(frozen=True)
 class RuntimeRecord:
     """What runs one graph and why, as its config records it (runtimes.choice chooses it; a start serves it from runtimes.served_repository)."""
@@ -50,6 +54,16 @@ class RuntimeRecord:
     milliseconds: dict[str, float] = field(default_factory=dict)
     """The chosen runtime's time on each timed batch shape, `<rows>x<tokens>`: what a request's cost is estimated
     from (serving/engine/cost.py)."""
+
+    @cached_property
+    def timed_shapes(self) -> tuple[tuple[int, int, float], ...]:
+        """(rows, tokens, milliseconds) of each timed shape (`<rows>x<tokens>`; the decoder's `generation
+        <rows>x<tokens>`: rows generating that many tokens), read once: every request's estimate reads them."""
+        return tuple(
+            (int(shape.group(1)), int(shape.group(2)), ms)
+            for name, ms in self.milliseconds.items()
+            if (shape := TIMED_SHAPE.search(name))
+        )
 
 
 @dataclass(frozen=True)
