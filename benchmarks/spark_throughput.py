@@ -1,8 +1,11 @@
-"""`make bench`'s Spark line: `bentoml.batch.run_in_spark` of the built bento in Spark's local mode, in sequences/s.
+"""`make bench`'s Spark lines: `bentoml.batch.run_in_spark` of the built bento, in sequences/s, in Spark's local mode
+and on a standalone cluster of two workers on this machine.
 
-    python -m benchmarks.spark_throughput [--sequences 2000] [--partitions 2] [--master 'local[2]']
+    python -m benchmarks.spark_throughput [--sequences 2000] [--partitions 2] [--master 'local[2]' | --cluster 2]
 
-The cpu bento, built by build_bento.py into a BentoML home of this run's own; N proteins of the bench's workload
+The cpu bento of esm2nv alone on onnxruntime (`build_bento.py --models esm2nv --runtimes ...`: what the job's servers
+load, 33 MB instead of the whole bento's 342 MB), built into a BentoML home of this run's own; N proteins of the
+bench's workload
 (benchmarks.workload: UniProt-like lengths, median about 270 residues) in a Parquet file; then the Spark job
 (`embed_in_spark`, run as `python -m benchmarks.spark_throughput job ...` in a session of its own): the frame read
 from the file, range-partitioned by id into --partitions, each partition embedded through /embed/dataframe by a
@@ -10,14 +13,22 @@ bento server of its task's own (run_in_spark starts one per task) that serves es
 collected in id order. The figure is the sequences over the job's wall time from run_in_spark to the collected
 answer: the bento's distribution to the executors and the servers' start-up are in it, as they are in any job.
 
+`--cluster N` starts a standalone cluster of N one-core workers on 127.0.0.1 (benchmarks.spark_cluster) and runs the
+job against its master (`--master spark://...` runs it against a cluster already running): there run_in_spark ships
+the bento as it would to other machines (BentoML's `_distribute_bento`: the xz export, added to SparkFiles; each
+executor imports it into its worker's own bento store), and the line gives that export's time, measured apart
+before the job, beside the job's.
+
 run_in_spark never stops the servers it starts, and they outlive Spark's Python workers: every process the job
 started carries this run's marker in its environment (MARKER_VARIABLE), and `stop_job_processes` stops each of them by
-PID once the job has ended. tests/test_spark_e2e.py runs the same job on 1,200 proteins.
+PID once the job has ended (on a cluster through spark.executorEnv: EXECUTOR_VARIABLES). tests/test_spark_e2e.py
+runs the same job in local mode, tests/test_spark_cluster_e2e.py on the cluster, one worker killed mid-job.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -26,23 +37,35 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from benchmarks.spark_cluster import StandaloneCluster
 from benchmarks.workload import protein
 
 ROOT = Path(__file__).resolve().parent.parent
+BENTO_OPTIONS = ("--target", "cpu", "--models", "esm2nv", "--runtimes", "onnxruntime,onnxruntime-fused")
+"""build_bento.py's options for the job's bento: the model and the runtime its servers serve (no launcher, so each
+graph runs on what its config names: onnxruntime), nothing else for run_in_spark to compress and ship."""
 API = "embed_dataframe"
 """The bento's API run_in_spark calls (serving/fronts/dataframe/routes.py)."""
 MODELS = "esm2nv"
 """What the job's bento servers load (BIONEMO_MODELS): /embed/dataframe's model alone, for a short start-up."""
 MARKER_VARIABLE = "BIONEMO_SPARK_JOB"
+EXECUTOR_VARIABLES = (
+    MARKER_VARIABLE, "BIONEMO_MODELS", "BIONEMO_REQUEST_TIMEOUT_S", "BENTOML_CONFIG_OPTIONS", "BENTOML_DO_NOT_TRACK",
+    "HF_HUB_OFFLINE",
+)  # fmt: skip
+"""The driver's variables given to a cluster's executors (spark.executorEnv.*, which reach their Python workers and
+the bento servers those start); local mode's executors inherit the driver's whole environment. Not BENTOML_HOME:
+a cluster's executors have a store of their own (on this machine's cluster, each worker's)."""
 JOB_TIMEOUT_S = 900
 STOP_GRACE_S = 30
 SEED = 2_000_003
@@ -91,7 +114,8 @@ def embed_in_spark(
     import bentoml
     from pyspark.sql import SparkSession
 
-    if master.startswith("local") and not ship_bento:
+    local = master.startswith("local")
+    if local and not ship_bento:
         skip_shipping_the_bento()
 
     builder = (
@@ -101,6 +125,13 @@ def embed_in_spark(
         .config("spark.local.dir", tempfile.gettempdir())
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
+    if not local:
+        # Every executor registered before the first task, and no task held back for locality: one partition to
+        # each executor's slot.
+        builder = builder.config("spark.scheduler.minRegisteredResourcesRatio", "1.0").config("spark.locality.wait", "0")
+        for name in EXECUTOR_VARIABLES:
+            if name in os.environ:
+                builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     if records_per_batch:
         builder = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", str(records_per_batch))
     spark = builder.getOrCreate()
@@ -180,6 +211,7 @@ def job_environment(bentoml_home: Path, workdir: Path, marker: str) -> dict[str,
         PYSPARK_PYTHON=sys.executable,
         TMPDIR=str(scratch),
         HF_HUB_OFFLINE="1",
+        SPARK_LOCAL_IP="127.0.0.1",
         BIONEMO_REQUEST_TIMEOUT_S=str(REQUEST_DEADLINE_S),
         BENTOML_CONFIG_OPTIONS=f"api_server.traffic.timeout={REQUEST_DEADLINE_S + 30}",
         **{MARKER_VARIABLE: marker},
@@ -197,8 +229,11 @@ def run_job(
     records_per_batch: int | None = None,
     ship_bento: bool = False,
     timeout_s: float = JOB_TIMEOUT_S,
+    while_running: Callable[[str], object] | None = None,
 ) -> JobRun:
-    """`embed_in_spark` in a process (and session) of its own; then every process it left is stopped by PID."""
+    """`embed_in_spark` in a process (and session) of its own; then every process it left is stopped by PID.
+    `while_running`, where given, is called with the job's marker in a thread as the job starts (what it raises is
+    raised here once the job has ended and been cleaned up)."""
     marker = uuid.uuid4().hex
     log_path = workdir / "spark-job.log"
     report = workdir / "spark-job.json"
@@ -214,18 +249,38 @@ def run_job(
             command, cwd=ROOT, env=job_environment(bentoml_home, workdir, marker), stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+    watcher = _Watcher(while_running, marker) if while_running else None
     try:
         status = job.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         status = None
     finally:
         stopped = _stop_group(job) + stop_job_processes(marker)
+        if watcher:
+            watcher.join(STOP_GRACE_S)
     wall_s = time.perf_counter() - started
+    if watcher and watcher.error:
+        raise watcher.error
     if status != 0:
         ran = "ran past its time" if status is None else f"exited with {status}"
         tail = log_path.read_text(errors="replace")[-6000:]
         raise JobFailed(f"the Spark job {ran}; stopped {len(stopped)} processes it left\n--- log (tail) ---\n{tail}")
     return JobRun(marker, json.loads(report.read_text())["seconds"], wall_s, sorted(set(stopped)))
+
+
+class _Watcher(threading.Thread):
+    """`run_job`'s `while_running`, in a thread; what it raised in `error`."""
+
+    def __init__(self, function: Callable[[str], object], marker: str) -> None:
+        super().__init__(name="spark-job-watcher", daemon=True)
+        self.function, self.marker, self.error = function, marker, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.function(self.marker)
+        except BaseException as error:  # noqa: BLE001 (raised again in the caller's thread)
+            self.error = error
 
 
 def _stop_group(job: subprocess.Popen) -> list[int]:
@@ -253,17 +308,46 @@ def _in_group(process: psutil.Process, group: int) -> bool:
         return False
 
 
-def build_bento(bentoml_home: Path) -> str:
-    """build_bento.py's cpu bento in `bentoml_home`; its tag."""
+def build_bento(bentoml_home: Path, options: Sequence[str] = BENTO_OPTIONS) -> str:
+    """build_bento.py's bento (BENTO_OPTIONS: esm2nv on onnxruntime) in `bentoml_home`; its tag."""
     environment = dict(os.environ, BENTOML_HOME=str(bentoml_home), BENTOML_DO_NOT_TRACK="true")
     built = subprocess.run(
-        [sys.executable, "build_bento.py", "--target", "cpu"], cwd=ROOT, env=environment, capture_output=True,
+        [sys.executable, "build_bento.py", *options], cwd=ROOT, env=environment, capture_output=True,
         text=True, timeout=600, check=False,
     )  # fmt: skip
     tag = re.search(r"^built (bionemo:\w+) ", built.stdout, re.MULTILINE)
     if built.returncode != 0 or tag is None:
         raise SystemExit(f"build_bento.py failed:\n{built.stderr[-3000:]}")
     return tag.group(1)
+
+
+def time_the_export(bentoml_home: Path, bento_tag: str, folder: Path) -> tuple[float, int, int]:
+    """What run_in_spark's `_distribute_bento` makes, apart: `Bento.export` of `bento_tag` as its default `.bento` (xz)
+    into `folder`, in a process of its own; its seconds, the archive's bytes and the bento's (its files, each once)."""
+    environment = dict(os.environ, BENTOML_HOME=str(bentoml_home), BENTOML_DO_NOT_TRACK="true")
+    command = [sys.executable, "-m", "benchmarks.spark_throughput", "export", "--bento", bento_tag, "--into", str(folder)]
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the bento's export failed:\n{done.stderr[-3000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report["seconds"], report["archive_bytes"], report["bento_bytes"]
+
+
+def export_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_throughput export")
+    parser.add_argument("--bento", required=True)
+    parser.add_argument("--into", type=Path, required=True)
+    args = parser.parse_args(argv)
+    import bentoml
+
+    bento = bentoml.get(args.bento)
+    files = {path.stat().st_ino: path.stat().st_size for path in Path(bento.path).rglob("*") if path.is_file()}
+    started = time.perf_counter()
+    archive = bento.export(str(args.into))
+    seconds = time.perf_counter() - started
+    sizes = {"archive_bytes": os.path.getsize(archive), "bento_bytes": sum(files.values())}
+    print(json.dumps({"seconds": seconds, **sizes}))
+    return 0
 
 
 def write_proteins(path: Path, count: int, seed: int = SEED) -> list[str]:
@@ -285,26 +369,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--master", default="local[2]")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", default="local[2]", help="local[N], or spark://HOST:PORT of a cluster running")
+    where.add_argument("--cluster", type=int, metavar="WORKERS", help="start a standalone cluster of WORKERS here")
     parser.add_argument(
         "--records-per-batch", type=int, default=RECORDS_PER_BATCH, help="spark.sql.execution.arrow.maxRecordsPerBatch"
     )
-    parser.add_argument("--ship-bento", action="store_true", help="export the bento (xz), as on a cluster")
+    parser.add_argument("--ship-bento", action="store_true", help="in local mode, export the bento (xz) all the same")
+    parser.add_argument("--whole-bento", action="store_true", help="build_bento.py's whole cpu bento: every model")
     args = parser.parse_args(argv)
+    options = ("--target", "cpu") if args.whole_bento else BENTO_OPTIONS
+    exported = None
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as folder:
         workdir = Path(folder)
-        tag = build_bento(workdir / "bentoml-home")
+        tag = build_bento(workdir / "bentoml-home", options)
         sequences = write_proteins(workdir / "proteins.parquet", args.sequences)
-        run = run_job(
-            workdir / "bentoml-home", tag, workdir / "proteins.parquet", workdir / "embeddings.parquet", workdir,
-            args.partitions, args.master, args.records_per_batch, args.ship_bento,
-        )  # fmt: skip
+        shipping = args.cluster or not args.master.startswith("local") or args.ship_bento
+        if shipping:
+            (workdir / "export").mkdir()
+            exported = time_the_export(workdir / "bentoml-home", tag, workdir / "export")
+        cluster = StandaloneCluster(workdir / "cluster", workers=args.cluster) if args.cluster else None
+        with cluster or contextlib.nullcontext():
+            master = cluster.master_url if cluster else args.master
+            run = run_job(
+                workdir / "bentoml-home", tag, workdir / "proteins.parquet", workdir / "embeddings.parquet", workdir,
+                args.partitions, master, args.records_per_batch, args.ship_bento,
+            )  # fmt: skip
     residues = sum(map(len, sequences))
-    shipped = "its xz export of the bento" if args.ship_bento else "no export of the bento (local mode)"
+    where = f"a standalone cluster of {args.cluster} one-core workers" if cluster else master
+    if exported:
+        seconds, archive, size = exported
+        shipped = (
+            f"its xz export of the bento included ({size / 1e6:.0f} MB, {archive / 1e6:.0f} MB as xz, "
+            f"{seconds:.1f} s apart)"
+        )
+    else:
+        shipped = "no export of the bento (local mode)"
     print(
-        f"spark: run_in_spark ({args.master}, {args.partitions} partitions, esm2nv) embedded {len(sequences):,} "
+        f"spark: run_in_spark ({where}, {args.partitions} partitions, esm2nv) embedded {len(sequences):,} "
         f"proteins ({residues:,} residues) in {run.seconds:.1f} s: {len(sequences) / run.seconds:.1f} sequences/s, "
-        f"{args.partitions} bento servers' start-up and {shipped} included (job process {run.wall_s:.0f} s; "
+        f"{args.partitions} bento servers' start-up and {shipped} (job process {run.wall_s:.0f} s; "
         f"{len(run.stopped)} processes it left, stopped); {cpu_model()}, {os.cpu_count()} CPUs"
     )
     return 0
@@ -329,4 +433,5 @@ def job_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(job_main(sys.argv[2:]) if sys.argv[1:2] == ["job"] else main())
+    commands = {"job": job_main, "export": export_main}
+    sys.exit(commands[sys.argv[1]](sys.argv[2:]) if sys.argv[1:2] and sys.argv[1] in commands else main())

@@ -1,5 +1,6 @@
 """The bento as `build_bento.py` builds it, into a BentoML home of a test's own (BENTOML_HOME): one build per target a
-session, shared by the tests that read it (test_bento.py) and the one that runs it in Spark (test_spark_e2e.py)."""
+session, shared by the tests that read it (test_bento.py) and the one that runs it in Spark (test_spark_e2e.py);
+test_spark_cluster_e2e.py builds the one Spark ships (esm2nv on onnxruntime) into a home of its own."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ def bentoml_environment(home: Path) -> dict[str, str]:
     return dict(os.environ, BENTOML_HOME=str(home), BENTOML_DO_NOT_TRACK="true")
 
 
-def build(home: Path, target: str) -> Path:
-    """`build_bento.py --target`, into the bento store in `home`; the built bento's folder (its name is the version)."""
+def build(home: Path, target: str, *options: str) -> Path:
+    """`build_bento.py --target` (and `options`: `--models`, `--runtimes`), into the bento store in `home`; the built
+    bento's folder (its name is the version)."""
     built = subprocess.run(
-        [sys.executable, "build_bento.py", "--target", target],
+        [sys.executable, "build_bento.py", "--target", target, *options],
         cwd=ROOT, env=bentoml_environment(home), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
