@@ -70,8 +70,8 @@ $(CONTAINER_ENGINE_READY): $(INSTALLED) container/engine.py
 	$(BIN)/python -m container.engine --provision
 	touch $@
 
-# Spark's test (tests/test_spark_e2e.py) and make bench's Spark line start a JVM: Java, installed with apt as root,
-# else `make test` stops naming it (tools/java_runtime.py).
+# Spark's tests (tests/test_spark_e2e.py, test_spark_cluster_e2e.py) and make bench's Spark lines start JVMs: Java,
+# installed with apt as root, else `make test` stops naming it (tools/java_runtime.py).
 JAVA_READY := $(VENV)/.java-checked
 
 $(JAVA_READY): $(INSTALLED) tools/java_runtime.py
@@ -120,7 +120,8 @@ BENCH_GENERATE_USERS ?= 1 16
 # The client package on a 10,000-protein FASTA against the service's saturation, then on a 1,000,000-protein one for
 # this long (its memory must not grow with the file; benchmarks/client_files.py).
 BENCH_CLIENT_SECONDS ?= 600
-# bentoml.batch.run_in_spark of the cpu bento in local[2] over this many proteins (benchmarks/spark_throughput.py).
+# bentoml.batch.run_in_spark of the bento (esm2nv on onnxruntime) over this many proteins, in local[2], then on a
+# standalone cluster of two one-core workers started here, the bento shipped by BentoML (benchmarks/spark_*.py).
 BENCH_SPARK_SEQUENCES ?= 2000
 # The overload step (benchmarks/overload.py): /embed at 2x, 4x and 8x its saturating concurrency, each request's
 # X-Request-Timeout BENCH_DEADLINE_S, each step BENCH_OVERLOAD_SECONDS; at 8M the CLI on a FASTA of this many proteins
@@ -148,6 +149,7 @@ ifeq ($(MODEL_SIZE),)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) --generate-users $(BENCH_GENERATE_USERS)
 	$(BIN)/python -m benchmarks.client_files --million-seconds $(BENCH_CLIENT_SECONDS)
 	$(BIN)/python -m benchmarks.spark_throughput --sequences $(BENCH_SPARK_SEQUENCES)
+	$(BIN)/python -m benchmarks.spark_throughput --sequences $(BENCH_SPARK_SEQUENCES) --cluster 2
 	$(BIN)/python -m benchmarks.overload --label 8M --seconds $(BENCH_OVERLOAD_SECONDS) --deadline $(BENCH_DEADLINE_S) \
 		--client-file $(BENCH_OVERLOAD_FILE)
 else

@@ -45,6 +45,7 @@ starts runs beside the JVM, outside this memory."""
 WORKER_TIMEOUT_S = 10
 START_TIMEOUT_S = 120
 STOP_GRACE_S = 20
+LOST_GRACE_S = 10
 
 
 class ClusterError(RuntimeError):
@@ -221,20 +222,29 @@ class StandaloneCluster:
         )
 
     def lose_worker(self, worker: int) -> list[int]:
-        """Worker `worker` (0-based) lost as a machine is: SIGKILL to its JVM and its executors' JVMs, by PID; what
-        else ran under them (Python workers, bento servers) is orphaned, as it would be gone with the machine. The
-        PIDs killed."""
+        """Worker `worker` (0-based) lost as a machine is: SIGKILL to its JVM and its executors' JVMs, by PID. What ran
+        under them (the Python workers, the bento servers they started) is gone with a machine: pyspark's daemon ends
+        its group as its executor's pipe closes, and what is left LOST_GRACE_S later is killed too, by PID. The PIDs
+        killed or ended, the JVMs first."""
         daemon = self.worker_daemons[worker]
-        killed = [daemon.pid, *(process.pid for process in self.executors(worker))]
-        for pid in killed:
+        under = self.worker_processes(worker)
+        jvms = [daemon.pid, *(process.pid for process in under if _runs(process, EXECUTOR_CLASS))]
+        for pid in jvms:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         daemon.process.wait(timeout=30)
-        psutil.wait_procs([process for process in map(_process, killed[1:]) if process], timeout=30)
-        self.lost += killed
-        return killed
+        rest = [process for process in under if process.pid not in jvms]
+        _, alive = psutil.wait_procs(rest, timeout=LOST_GRACE_S)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(under, timeout=30)
+        self.lost += [*jvms, *(process.pid for process in rest)]
+        return [*jvms, *(process.pid for process in rest)]
 
     def stop(self) -> list[int]:
         """SIGTERM to the workers, the master and every process under them, by PID; SIGKILL to what is left after

@@ -1,7 +1,7 @@
 """`bentoml.batch.run_in_spark` of the built bento in Spark's local mode (`local[2]`), as `make bench`'s Spark line runs
-it (benchmarks/spark_throughput.py): 1,200 proteins read from a Parquet file, range-partitioned by id in two, each
+it (benchmarks/spark_throughput.py): 400 proteins read from a Parquet file, range-partitioned by id in two, each
 partition embedded through /embed/dataframe by the bento server its task starts (esm2nv alone, BIONEMO_MODELS), in
-Arrow batches of 256 rows. The answer comes back in id order, equal to /embed's for the same proteins (the session's
+Arrow batches of 100 rows. The answer comes back in id order, equal to /embed's for the same proteins (the session's
 service, over HTTP) and, for a sample, to transformers' on the same weights. run_in_spark never stops the servers it
 starts; every process the job started is stopped by PID after it, and no tritonserver of it is left."""
 
@@ -25,10 +25,11 @@ from test_service_e2e import TOLERANCE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PROTEINS = 1200
+PROTEINS = 400
 LENGTHS = (20, 150)
-"""Residues per protein: short, so that the job and /embed's check of it fit make test's time."""
-SAMPLE = (0, 1, 599, 1198, 1199)
+"""Residues per protein: short, so that the job and /embed's check of it fit make test's time (2,000 go through the
+cluster in test_spark_cluster_e2e.py)."""
+SAMPLE = (0, 1, 199, 200, 399)
 """Rows checked against transformers too: each partition's first and last."""
 
 
@@ -54,7 +55,7 @@ def test_run_in_spark_of_the_bento_answers_embed_s_embeddings_in_id_order_and_le
     pd.DataFrame({"id": ids, "sequence": sequences}).to_parquet(source)
     triton_before = triton_processes()
 
-    run = run_job(bento_home, tag_of(cpu_bento), source, destination, tmp_path, partitions=2, records_per_batch=256)
+    run = run_job(bento_home, tag_of(cpu_bento), source, destination, tmp_path, partitions=2, records_per_batch=100)
     print(f"run_in_spark: {run.seconds:.1f} s; the job's process: {run.wall_s:.1f} s; stopped {len(run.stopped)} left")
     assert run.stopped, "the job left no server: run_in_spark started none?"
     assert not job_processes(run.marker)
