@@ -1,11 +1,11 @@
 """`make bench`'s overload step: /embed held past capacity, against its own saturation in the same run.
 
     python -m benchmarks.overload [--repository model_repository] [--label 8M] [--seconds 20] [--deadline 5]
-                                  [--json overload-8M.json]
+                                  [--proteins 8] [--json overload-8M.json]
 
 Starts the service serving esm2nv alone from --repository on a free loopback port, and:
 1. a lone client's requests one at a time on the idle service: their p50 latency;
-2. closed-loop clients (1, 2, 4, 8, 16), each its own X-Client-Id, every request 8 proteins of 300 residues with
+2. closed-loop clients (1, 2, 4, 8, 16), each its own X-Client-Id, every request --proteins of 300 residues with
    X-Request-Timeout --deadline: the saturation goodput (tokens answered per second, the most of these) and the
    saturating concurrency S (the fewest clients within 10 % of it, at least LEAST_SATURATING);
 3. 2S, 4S and 8S such clients, each waiting the Retry-After it is told (with jitter) before it sends again;
@@ -45,8 +45,7 @@ from runtimes.choice import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTEINS, RESIDUES = 8, 300
-TOKENS = PROTEINS * (RESIDUES + 2)
-"""Tokens of one request: its proteins with ESM's <cls> and <eos>."""
+"""A request's proteins (--proteins: fewer at larger sizes, so that a step answers enough of them) and residues."""
 SWEEP = (1, 2, 4, 8, 16)
 OVERLOADS = (2, 4, 8)
 LEAST_SATURATING = 8
@@ -121,13 +120,14 @@ def service_pss_mib(running: Running) -> float:
 
 async def client_loop(
     session: aiohttp.ClientSession, url: str, client: str, deadline_s: float, until: float, step: Step, seed: int,
-    lone: bool = False,
+    lone: bool = False, proteins: int = PROTEINS,
 ) -> None:
-    """Send requests one after the other until `until`; a refusal waits its Retry-After (times 1 to 1.5)."""
+    """Send requests of `proteins` proteins one after the other until `until`; a refusal waits its Retry-After (times
+    1 to 1.5)."""
     rng = random.Random(seed)
     headers = {"X-Client-Id": client, "X-Request-Timeout": str(deadline_s)}
     while time.monotonic() < until:
-        body = {"sequences": [protein(rng, RESIDUES) for _ in range(PROTEINS)]}
+        body = {"sequences": [protein(rng, RESIDUES) for _ in range(proteins)]}
         began = time.monotonic()
         async with session.post(f"{url}/embed", json=body, headers=headers) as response:
             await response.read()
@@ -141,7 +141,7 @@ async def client_loop(
                 step.lone_s.append(took)
             else:
                 step.answered += 1
-                step.tokens += TOKENS
+                step.tokens += proteins * (RESIDUES + 2)  # with ESM's <cls> and <eos>
                 step.answered_s.append(took)
         elif status in (429, 503):
             step.refused_s.append(took)
@@ -164,7 +164,7 @@ async def watch(session: aiohttp.ClientSession, running: Running, until: float, 
 
 async def run_step(
     running: Running, name: str, clients: int, seconds: float, deadline_s: float, tenants: int | None = None,
-    lone_client: bool = False,
+    lone_client: bool = False, proteins: int = PROTEINS,
 ) -> Step:
     """`clients` closed-loop clients (or connections of that many `tenants`, each one X-Client-Id) for `seconds`, and
     the lone client's requests one at a time where `lone_client`."""
@@ -174,11 +174,16 @@ async def run_step(
     timeout = aiohttp.ClientTimeout(total=SERVER_TIMEOUT_S + 30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         loops = [
-            client_loop(session, running.url, f"{name}-{index % (tenants or clients)}", deadline_s, until, step, index)
+            client_loop(
+                session, running.url, f"{name}-{index % (tenants or clients)}", deadline_s, until, step, index,
+                proteins=proteins,
+            )
             for index in range(clients)
         ]
         if lone_client:
-            loops.append(client_loop(session, running.url, "lone", deadline_s, until, step, 10_000, lone=True))
+            loops.append(
+                client_loop(session, running.url, "lone", deadline_s, until, step, 10_000, lone=True, proteins=proteins)
+            )
         await asyncio.gather(*loops, watch(session, running, until, step))
     return step
 
@@ -255,24 +260,27 @@ def checked(steps: dict[str, Step], saturation: float, deadline_s: float) -> dic
     return results
 
 
-async def measure(running: Running, seconds: float, deadline_s: float) -> tuple[dict[str, Step], float, int]:
+async def measure(
+    running: Running, seconds: float, deadline_s: float, proteins: int
+) -> tuple[dict[str, Step], float, int]:
     steps: dict[str, Step] = {}
-    await run_step(running, "warm-up", 4, 10, deadline_s)
-    steps["idle"] = await run_step(running, "idle", 0, seconds, deadline_s, lone_client=True)
+    await run_step(running, "warm-up", 4, 10, deadline_s, proteins=proteins)
+    steps["idle"] = await run_step(running, "idle", 0, seconds, deadline_s, lone_client=True, proteins=proteins)
     sweep = {}
     for clients in SWEEP:
-        sweep[clients] = await run_step(running, f"sweep-{clients}", clients, seconds, deadline_s)
+        sweep[clients] = await run_step(running, f"sweep-{clients}", clients, seconds, deadline_s, proteins=proteins)
         print(f"  {clients:>3} clients: {sweep[clients].goodput:,.0f} tokens/s {sweep[clients].statuses}", flush=True)
     best = max(step.goodput for step in sweep.values())
     saturating = min(clients for clients, step in sweep.items() if step.goodput >= 0.9 * best)
     steps["saturation"] = max(sweep.values(), key=lambda step: step.goodput)
     saturating = max(saturating, LEAST_SATURATING)
     for factor in OVERLOADS:
-        step = await run_step(running, f"overload-{factor}x", factor * saturating, seconds, deadline_s)
+        step = await run_step(running, f"overload-{factor}x", factor * saturating, seconds, deadline_s, proteins=proteins)
         steps[f"overload-{factor}x"] = step
         print(f"  {factor}x ({factor * saturating} clients): {step.goodput:,.0f} tokens/s {step.statuses}", flush=True)
     steps["fairness"] = await run_step(
-        running, "fairness", max(OVERLOADS) * saturating, seconds, deadline_s, tenants=1, lone_client=True
+        running, "fairness", max(OVERLOADS) * saturating, seconds, deadline_s, tenants=1, lone_client=True,
+        proteins=proteins,
     )
     return steps, best, saturating
 
@@ -283,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="8M", help="the size the repository holds, for the report")
     parser.add_argument("--seconds", type=float, default=20.0, help="each step's length")
     parser.add_argument("--deadline", type=float, default=5.0, help="each request's X-Request-Timeout")
+    parser.add_argument("--proteins", type=int, default=PROTEINS, help=f"proteins of {RESIDUES} residues a request")
     parser.add_argument("--client-file", type=int, default=0, help="proteins of the CLI's FASTA under 4x (0: none)")
     parser.add_argument("--json", type=Path, help="where the raw results go (default: benchmarks/results/)")
     parser.add_argument("--render", type=Path, help="print the markdown of a run's JSON, and nothing else")
@@ -295,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     client_file = None
     try:
         print(f"# overload, esm2nv {args.label}, {cpu_model()}, deadline {args.deadline:g} s", flush=True)
-        steps, saturation, saturating = asyncio.run(measure(running, args.seconds, args.deadline))
+        steps, saturation, saturating = asyncio.run(measure(running, args.seconds, args.deadline, args.proteins))
         if args.client_file:
             client_file = asyncio.run(client_file_under_overload(running, args.client_file, 4 * saturating, args.deadline))
     finally:
@@ -310,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "flags": sorted(flag for flag in _cpu_flags() if flag.startswith(("avx", "amx", "fma"))),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
         "command": " ".join(["python -m benchmarks.overload", *(argv if argv is not None else sys.argv[1:])]),
-        "deadline_s": args.deadline, "request": {"proteins": PROTEINS, "residues": RESIDUES, "tokens": TOKENS},
+        "deadline_s": args.deadline, "request": {"proteins": args.proteins, "residues": RESIDUES, "tokens": args.proteins * (RESIDUES + 2)},
         "saturation_tokens_per_s": round(saturation, 1), "saturating_clients": saturating,
         "steps": {name: step.summary() for name, step in steps.items()}, "samples": {name: asdict(step) for name, step in steps.items()},
         "targets": targets,

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from model_catalog import CallPriority
 from serving.engine.caller import CALLER, Caller
 from serving.engine.cost import LEARNING_RATE, SAMPLE_SPAN, CostModel, Work
-from serving.engine.scheduler import ADMIT_MARGIN, Scheduler
+from serving.engine.scheduler import ADMIT_MARGIN, CUT_IN_RESERVE, Scheduler
 from serving.errors import ClientGone, DeadlineExceeded, InvalidRequest, Overloaded, OverShare
 from serving.fronts.admission import Admission, http_arrival
 from support.in_process import Body, InProcessService, http_request
@@ -58,15 +58,16 @@ def test_a_call_the_work_ahead_would_keep_past_its_deadline_is_refused_at_once_w
         scheduler = Scheduler(max_running=1, default_timeout_s=10)
         held = Held(scheduler)
         held.send("running", "a", 1.0)
-        held.send("queued", "b", 5.0)
+        held.send("queued", "b", 2.0)
         await held.settle()
         assert held.started == ["running"] and len(scheduler.waiting) == 1
-        # 10 s of deadline, ADMIT_MARGIN of it to finish in: 1 + 5 + 3 s is past it.
+        # 10 s of deadline, ADMIT_MARGIN of it to finish in with room for one more call of its size: 1 + 2 + 3 (+ 3)
+        # s is past it
         CALLER.set(Caller.from_now("c", 10.0))
         with pytest.raises(Overloaded) as refused:
             async with scheduler.admitted(Work(EMBED, 3.0)):
                 raise AssertionError("a refused call ran")
-        expected_wait = 1.0 + 5.0 + 3.0 - 10.0 * ADMIT_MARGIN
+        expected_wait = 1.0 + 2.0 + 3.0 * (1 + CUT_IN_RESERVE) - 10.0 * ADMIT_MARGIN
         assert refused.value.retry_after_s == pytest.approx(expected_wait, abs=0.05)
         assert refused.value.retry_after_header == str(math.ceil(expected_wait - 0.05))
         assert "past its deadline" in str(refused.value)
@@ -77,6 +78,28 @@ def test_a_call_the_work_ahead_would_keep_past_its_deadline_is_refused_at_once_w
         held.release.set()
         assert sorted(await asyncio.gather(*held.tasks)) == ["fits", "queued", "running"]
         assert not scheduler.running and not scheduler.waiting
+
+    run(test)
+
+
+def test_calls_refused_one_after_another_are_told_to_come_back_one_after_another() -> None:
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        held.send("running", "a", 1.0)
+        held.send("queued", "b", 2.0)
+        await held.settle()
+        waits = []
+        for client in ("c", "d"):
+            CALLER.set(Caller.from_now(client, 10.0))
+            with pytest.raises(Overloaded) as refused:
+                async with scheduler.admitted(Work(EMBED, 3.0)):
+                    raise AssertionError("a refused call ran")
+            waits.append(refused.value.retry_after_s)
+        # c fits once the plan has drained 2 s; d after c's turn too, not at the same moment
+        assert waits == pytest.approx([2.0, 2.0 + 3.0], abs=0.05)
+        held.release.set()
+        await asyncio.gather(*held.tasks)
 
     run(test)
 
@@ -113,21 +136,22 @@ def test_a_lone_request_of_another_client_starts_before_a_flooding_clients_queue
     run(test)
 
 
-def test_an_admitted_call_near_its_deadline_starts_before_newcomers_with_earlier_tags() -> None:
+def test_a_newcomer_goes_before_waiting_calls_with_later_tags_only_where_they_keep_their_time() -> None:
     async def test() -> None:
         scheduler = Scheduler(max_running=1, default_timeout_s=60)
         held = Held(scheduler)
         held.send("running", "a", 1.0, timeout_s=60)
         held.send("b-first", "b", 1.0, timeout_s=60)
-        held.send("b-second", "b", 1.0, timeout_s=5)  # start tag 1: behind b's first
+        held.send("b-second", "b", 1.0, timeout_s=6)  # start tag 1; planned to finish at 3 s of its 4.2 s
         await held.settle()
-        held.send("newcomer", "c", 1.0, timeout_s=60)  # start tag 0: before b's second by fair queueing alone
+        held.send("c", "c", 1.0, timeout_s=60)  # start tag 0: before b's second, which keeps 0.2 s to spare
         await held.settle()
-        assert len(scheduler.waiting) == 3
-        scheduler.costs.factors[EMBED] = 3.0  # now b's second has under URGENT_SLACK times its cost left
+        held.send("d", "d", 1.5, timeout_s=60)  # start tag 0 too, but b's second has no room for it: behind
+        await held.settle()
+        assert [ticket.caller.client for ticket in scheduler.waiting] == ["b", "c", "b", "d"]
         held.release.set()
         await asyncio.gather(*held.tasks)
-        assert held.started[:2] == ["running", "b-second"]
+        assert held.started == ["running", "b-first", "c", "b-second", "d"]
 
     run(test)
 
@@ -145,7 +169,7 @@ def test_a_client_over_its_share_is_told_429_while_another_is_told_503() -> None
             async with scheduler.admitted(Work(EMBED, 2.0)):
                 pass
         CALLER.set(Caller.from_now("newcomer", 10.0))
-        with pytest.raises(Overloaded):  # behind the running call and the flooder's first: 1.5 + 6 s > 7 s
+        with pytest.raises(Overloaded):  # behind the running call and the flooder's first: 1.5 + 6 (+ 6) s > 7 s
             async with scheduler.admitted(Work(EMBED, 6.0)):
                 pass
         held.release.set()
@@ -314,9 +338,9 @@ def test_a_waiting_call_whose_time_left_is_now_too_short_is_refused_at_its_turn_
         scheduler = Scheduler(max_running=1, default_timeout_s=10)
         held = Held(scheduler)
         held.send("running", "a", 1.0)
-        waiting = held.send("waiting", "b", 1.0, timeout_s=3.0)
+        waiting = held.send("waiting", "b", 1.0, timeout_s=5.0)
         await held.settle()
-        scheduler.costs.factors[EMBED] = 5.0  # the worker has slowed down: 5 s for what was 1 s
+        scheduler.costs.factors[EMBED] = 8.0  # the worker has slowed down: 8 s for what was 1 s
         held.release.set()
         with pytest.raises(Overloaded, match="too few"):
             await waiting

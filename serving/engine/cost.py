@@ -61,6 +61,9 @@ class Work:
     """What its correction is learned on: the model and the capability, e.g. `esm2nv/embed`."""
     nominal_s: float = 0.0
     """Its graphs' seconds by the start-up timings (nominal_seconds)."""
+    shares_steps: bool = False
+    """Whether calls of its kind running at once share their graph runs (a decoder's steps batch the rows of every
+    decoding in flight): such calls start beside the others rather than wait for a place."""
 
     def on(self, graph: TritonGraph, tokens_per_row: Iterable[int], repeats: int = 1) -> Work:
         """This work and `graph`'s on rows of these token counts, each `repeats` times (a decoder's rows: the tokens

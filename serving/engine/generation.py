@@ -117,7 +117,7 @@ class MoleculeGenerator:
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:
         tokenizer = self._tokenizer(model)
-        work = Work(f"{model.name}/decode").on(model.graph(GraphRole.DECODER), [max_length] * len(latents.mask))
+        work = Work(f"{model.name}/decode", shares_steps=True).on(model.graph(GraphRole.DECODER), [max_length] * len(latents.mask))
         async with self.encoder.scheduler.admitted(work):
             ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
         return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids], precision=model.precision(GraphRole.DECODER))
@@ -129,7 +129,7 @@ class MoleculeGenerator:
         seed = asked.seed if asked.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         rows = self.encoder.tokenize(model, asked.smiles, field="smiles")
         decoded_rows = len(rows) * asked.num_samples * (asked.beam_size if asked.method is DecodingMethod.BEAM else 1)
-        work = Work(f"{model.name}/generate").on(model.graph(GraphRole.ENCODER), map(len, rows))
+        work = Work(f"{model.name}/generate", shares_steps=True).on(model.graph(GraphRole.ENCODER), map(len, rows))
         async with self.encoder.scheduler.admitted(work.on(model.graph(GraphRole.DECODER), [asked.max_length] * decoded_rows)):
             return await self._generate(model, asked, seed, rows)
 

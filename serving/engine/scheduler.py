@@ -1,20 +1,24 @@
-"""Admission by estimated cost and a fair queue, in each API worker.
+"""Admission by estimated cost and a planned, fair queue, in each API worker.
 
 Every engine call states its work (cost.py) once its input is validated. Before anything is sent to Triton the
-scheduler estimates when it would finish: the work of the calls running, what is left of it, plus the work queued
-ahead of it, plus its own, in this worker's seconds (a running call's share of the worker's time is what it is
-charged, so these add up to the time the worker is busy). One that would finish past its caller's deadline is
-refused at once: `OverShare` (429) where its client holds more than its share of the work while others have some,
-else `Overloaded` (503), each with the seconds after which the queue ahead will have drained enough for it
-(`Retry-After`). So past capacity the cores go to answers someone will read, not to requests that would time out.
+scheduler plans when it would finish: the work of the calls running (what is left of it), then the waiting calls
+in the order they will start, each one's cost, in this worker's seconds (a running call's share of the worker's time
+is what it is charged, so these add up to the time the worker is busy). A new call takes its place in that plan and
+is admitted only if it finishes before its caller's deadline (ADMIT_MARGIN of it), with room to spare for one more
+call of its size where it waits (CUT_IN_RESERVE): else it is refused at once, `OverShare` (429) where its client holds more than its share
+of the work while others have some, else `Overloaded` (503), each with the seconds after which the plan will have
+drained enough for it and the calls refused before it have had their turn (`Retry-After`). So past capacity the
+cores go to answers someone will read, not to requests that would time out, nor to refusing the same clients again.
 
-Admitted calls wait for one of `max_running` places, in start-time fair queueing order (Goyal et al., 1996): each
-call's start tag is the later of the virtual time (the tag of the call last started) and its client's previous
-finish tag, its finish tag the start tag plus its cost. A client that floods queues behind its own work; another
-client's lone request starts next, and its graph calls go before others in Triton's queue too (CallPriority); a
-waiting call whose deadline nears starts before any start tag, so that clients new to the queue cannot keep it. A
-caller whose client has gone is never started (the front cancels its task); one whose deadline the estimates, grown
-since, say it can no longer meet is refused when its turn comes rather than started.
+Its place is fair: start-time fair queueing (Goyal et al., 1996) gives each call a start tag, the later of the virtual
+time (the tag of the call last started) and its client's previous finish tag, and a finish tag, the start tag plus
+its cost. A flooding client queues behind its own work; another client's call goes before every waiting call with a
+later start tag, but only where each of them still finishes in its own time with the new call ahead of it (their
+spare room is what it may take); else it goes further back. A call admitted is so never pushed past its deadline by
+a later one: the plan holds unless the estimates were wrong. A lone client's call starts at once beside the running
+ones where a flooder holds more than its share of the places, and its graph calls go first in Triton's queue
+(CallPriority). A caller whose client has gone is never started (the front cancels its task); one whose time left
+the estimates, grown since, say is too short is given up before its deadline rather than started.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ from serving.errors import Overloaded, OverShare
 from serving.metrics import QUEUED
 
 ADMIT_MARGIN = 0.7
-"""Share of the time left to a caller that its estimated finish may take: estimates err, and a call admitted must be
+"""Share of the time left to a caller that its planned finish may take: estimates err, and a call admitted must be
 answered, not end in a 504."""
-URGENT_SLACK = 2.0
-"""A waiting call with less than this many times its cost left before its deadline starts before any start tag."""
+CUT_IN_RESERVE = 1.0
+"""Room a call admitted leaves before its finish limit, in its own costs: what calls of fairer clients placed ahead of
+it later may take."""
 TURN_MARGIN = 0.9
 """Share of the time left to a waiting call, when its turn comes, that its cost by the estimates then may take."""
 LEFT_FLOOR = 0.1
@@ -55,17 +60,29 @@ class _Ticket:
     caller: Caller
     cost_s: float
     start_tag: float
-    finish_tag: float
-    order: int
     turn: asyncio.Future[None] | None = None
     charged_at: float | None = None
     """The scheduler's share clock when the call started; None while it waits."""
     expiry: asyncio.TimerHandle | None = None
     """While it waits: when it is given up, its time left too short for its work (`_expire`)."""
 
+    @property
+    def limit_s(self) -> float:
+        """How long from now the call may take to finish, by ADMIT_MARGIN of its time left."""
+        return self.caller.remaining_s() * ADMIT_MARGIN
+
+
+@dataclass(frozen=True)
+class _Place:
+    index: int
+    """Where in the waiting calls it goes."""
+    finish_s: float
+    """Its planned finish, from now."""
+
 
 class Scheduler:
-    """One per API worker: the calls running, those waiting, and the cost model their answers keep current."""
+    """One per API worker: the calls running, those waiting in the order they will start, and the cost model their
+    answers keep current."""
 
     def __init__(self, max_running: int, default_timeout_s: float) -> None:
         """`max_running`: calls sent to Triton at once from this worker (BIONEMO_MAX_RUNNING); `default_timeout_s`:
@@ -74,14 +91,15 @@ class Scheduler:
         self.costs = CostModel()
         self.running: list[_Ticket] = []
         self.waiting: list[_Ticket] = []
+        """In the order they will start: the plan."""
         self._virtual_time = 0.0
         self._finish_tags: dict[str, float] = {}
-        self._last_costs: dict[str, float] = {}
-        """Each client's last call's cost, as long as its finish tag is kept."""
         self._share_clock = 0.0
         """Seconds each running call has been charged since the worker started: advances by dt / running."""
         self._share_clock_at: float | None = None
-        self._arrivals = itertools.count()
+        self._next_appointment = 0.0
+        """When the next call refused may come back (loop time): refusals are given times spaced by their work, so
+        that many clients refused at once come back at the pace the worker drains, not all after the same wait."""
 
     @contextlib.asynccontextmanager
     async def admitted(self, work: Work) -> AsyncIterator[None]:
@@ -111,32 +129,38 @@ class Scheduler:
         charged = self._share_clock - (ticket.charged_at or 0.0)
         return max(ticket.cost_s - charged, ticket.cost_s * LEFT_FLOOR)
 
+    def _place(self, cost_s: float, start_tag: float) -> _Place:
+        """The earliest place at or after its fair one (before the first waiting call with a later start tag) where
+        every call behind it still finishes within its limit; its planned finish there."""
+        finishes = list(itertools.accumulate((ticket.cost_s for ticket in self.waiting), initial=self._running_s()))
+        spare = [ticket.limit_s - finish for ticket, finish in zip(self.waiting, finishes[1:], strict=True)]
+        least_spare_behind = list(itertools.accumulate(reversed(spare), min, initial=math.inf))[::-1]
+        fair = next((index for index, ticket in enumerate(self.waiting) if ticket.start_tag > start_tag), len(self.waiting))
+        index = next(index for index in range(fair, len(self.waiting) + 1) if least_spare_behind[index] >= cost_s)
+        return _Place(index, finishes[index] + cost_s)
+
+    def _running_s(self) -> float:
+        return sum(self._left_s(ticket) for ticket in self.running)
+
     def _admit(self, work: Work, caller: Caller) -> _Ticket:
-        self._now()
+        now = self._now()
         cost_s = self.costs.seconds(work)
         start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
-        ahead_s = sum(self._left_s(ticket) for ticket in self.running)
-        ahead_s += sum(ticket.cost_s for ticket in self.waiting if ticket.start_tag <= start_tag)
-        # Another client behind this one in service may yet send a call that starts first: up to the difference of
-        # tags, and about the size of its last.
-        ahead_s += sum(
-            min(max(0.0, start_tag - max(self._virtual_time, finish_tag)), self._last_costs[client])
-            for client, finish_tag in self._finish_tags.items()
-            if client != caller.client
-        )
-        finish_s = ahead_s + cost_s
-        if finish_s > caller.remaining_s() * ADMIT_MARGIN:
-            self._refuse(caller, cost_s, finish_s)
-        ticket = _Ticket(work, caller, cost_s, start_tag, start_tag + cost_s, next(self._arrivals))
-        self._finish_tags[caller.client], self._last_costs[caller.client] = ticket.finish_tag, cost_s
-        if (len(self.running) < self.max_running and not self.waiting) or self._starts_beside(caller.client):
+        ticket = _Ticket(work, caller, cost_s, start_tag)
+        place = self._place(cost_s, start_tag)
+        starts = (self._has_place(ticket) and not self.waiting) or self._starts_beside(ticket, place)
+        needed_s = place.finish_s + (0.0 if starts else cost_s * CUT_IN_RESERVE)
+        if needed_s > caller.remaining_s() * ADMIT_MARGIN:
+            self._refuse(caller, cost_s, needed_s, now)
+        self._finish_tags[caller.client] = start_tag + cost_s
+        if starts:
             self._start(ticket)
         else:
             loop = asyncio.get_running_loop()
             ticket.turn = loop.create_future()
             needs_s = cost_s * self.max_running / TURN_MARGIN
             ticket.expiry = loop.call_at(caller.deadline - needs_s, self._expire, ticket)
-            self.waiting.append(ticket)
+            self.waiting.insert(place.index, ticket)
             QUEUED.inc()
         return ticket
 
@@ -147,9 +171,9 @@ class Scheduler:
             QUEUED.dec()
             self._give_up(ticket, self.costs.seconds(ticket.work) * self.max_running)
 
-    def _refuse(self, caller: Caller, cost_s: float, finish_s: float) -> None:
-        """Raise the refusal of a call of `cost_s` that would finish `finish_s` from now: once the queue has drained
-        that much less than its time allows, the same call fits."""
+    def _refuse(self, caller: Caller, cost_s: float, needed_s: float, now: float) -> None:
+        """Raise the refusal of a call of `cost_s` that needs `needed_s` from now: once the plan has drained that
+        much less than its time allows, the same call fits, and not before the calls refused earlier are back."""
         if cost_s > caller.timeout_s * ADMIT_MARGIN:
             raise Overloaded.after(
                 cost_s,
@@ -157,7 +181,8 @@ class Scheduler:
                 f"needs about {cost_s:.1f} s of this service's time by itself, more than the "
                 f"{caller.timeout_s:g} s it may take: send less in one request (or allow it more time)",
             )
-        retry_after_s = finish_s - caller.timeout_s * ADMIT_MARGIN
+        retry_after_s = max(needed_s - caller.timeout_s * ADMIT_MARGIN, self._next_appointment - now)
+        self._next_appointment = now + retry_after_s + cost_s
         wait = f"retry after {max(1, math.ceil(retry_after_s))} s"
         tickets = [*self.running, *self.waiting]
         clients = {ticket.caller.client for ticket in tickets} | {caller.client}
@@ -171,21 +196,30 @@ class Scheduler:
         raise Overloaded.after(
             retry_after_s,
             "request",
-            f"the work queued ahead would keep it {finish_s:.1f} s, past its deadline ({caller.remaining_s():.1f} s "
-            f"left of {caller.timeout_s:g} s); {wait}",
+            f"the work planned ahead would keep it {needed_s:.1f} s (room for one more call of its size included), "
+            f"past its deadline ({caller.remaining_s():.1f} s left of {caller.timeout_s:g} s); {wait}",
         )
 
-    def _starts_beside(self, client: str) -> bool:
-        """Whether a call of `client`, which has nothing else here, starts at once beside the running ones: where
-        another client, with more of its calls waiting, holds more than its share of the places (up to twice their
-        number), so that a flood does not make a lone request wait for one of its calls to end."""
+    def _starts_beside(self, ticket: _Ticket, place: _Place) -> bool:
+        """Whether a call whose client has nothing else here, placed first, starts at once beside the running ones:
+        where another client, with calls waiting, holds more than its share of the places (up to twice their
+        number), and every waiting call has room for it ahead; so that a flood does not make a lone request wait for
+        one of its calls to end."""
+        client = ticket.caller.client
         tickets = [*self.running, *self.waiting]
-        if len(self.running) >= 2 * self.max_running or any(ticket.caller.client == client for ticket in tickets):
+        if place.index or len(self.running) >= 2 * self.max_running:
             return False
-        share = self.max_running / len({ticket.caller.client for ticket in tickets} | {client})
-        held = collections.Counter(ticket.caller.client for ticket in self.running)
-        flooding = {ticket.caller.client for ticket in self.waiting}
+        if any(other.caller.client == client for other in tickets):
+            return False
+        share = self.max_running / len({other.caller.client for other in tickets} | {client})
+        held = collections.Counter(other.caller.client for other in self.running)
+        flooding = {other.caller.client for other in self.waiting}
         return any(places > share for holder, places in held.items() if holder in flooding)
+
+    def _has_place(self, ticket: _Ticket) -> bool:
+        """Whether `ticket` may start now: one of `max_running` places is free, or its work shares its steps with
+        the calls running."""
+        return ticket.work.shares_steps or sum(not other.work.shares_steps for other in self.running) < self.max_running
 
     def _start(self, ticket: _Ticket) -> None:
         self._now()
@@ -206,37 +240,20 @@ class Scheduler:
             QUEUED.dec()
         if not self.running and not self.waiting:
             self._finish_tags.clear()  # idle: every client starts afresh at the virtual time
-            self._last_costs.clear()
+            self._next_appointment = 0.0
         self._start_waiting()
 
-    def _next(self) -> _Ticket:
-        """The waiting call to start: the one nearest its deadline among those whose time left is down to
-        URGENT_SLACK times what they need (so that calls of clients new to the queue, whose start tags come first,
-        cannot keep an admitted call waiting past its deadline), else the earliest start tag."""
-        sharing = min(len(self.running) + 1, self.max_running)
-        urgent = [
-            ticket
-            for ticket in self.waiting
-            if ticket.caller.remaining_s() < URGENT_SLACK * self.costs.seconds(ticket.work) * sharing
-        ]
-        if urgent:
-            return min(urgent, key=lambda ticket: ticket.caller.deadline)
-        return min(self.waiting, key=lambda waiting: (waiting.start_tag, waiting.order))
-
     def _start_waiting(self) -> None:
-        """Start waiting calls while places are free (`_next`); give up instead any whose time left is now shorter
-        than its cost."""
-        while self.waiting and len(self.running) < self.max_running:
-            ticket = self._next()
-            self.waiting.remove(ticket)
+        """Start the waiting calls in their planned order while places are free; give up instead any whose time
+        left is now shorter than its cost."""
+        while self.waiting and self._has_place(self.waiting[0]):
+            ticket = self.waiting.pop(0)
             QUEUED.dec()
             assert ticket.turn is not None
-            # once started it shares the worker with those running, and lasts its cost that many times: admission,
-            # which counts the work ahead drained at the worker's pace, does not multiply (concurrent decodes share
-            # their steps); a call started short of that time would end in a 504
+            # once started it shares the worker with those running, and lasts its cost that many times; a call
+            # started short of that time would end in a 504
             cost_s = self.costs.seconds(ticket.work) * min(len(self.running) + 1, self.max_running)
-            left_s = ticket.caller.remaining_s()
-            if cost_s > left_s * TURN_MARGIN:
+            if cost_s > ticket.caller.remaining_s() * TURN_MARGIN:
                 self._give_up(ticket, cost_s)
                 continue
             self._start(ticket)
