@@ -5,10 +5,11 @@ scheduler plans when it would finish: the work of the calls running (what is lef
 in the order they will start, each one's cost, in this worker's seconds (a running call's share of the worker's time
 is what it is charged, so these add up to the time the worker is busy). A new call takes its place in that plan and
 is admitted only if it finishes before its caller's deadline (ADMIT_MARGIN of it), with room to spare for one more
-call of its size where it waits (CUT_IN_RESERVE): else it is refused at once, `OverShare` (429) where its client holds more than its share
-of the work while others have some, else `Overloaded` (503), each with the seconds after which the plan will have
-drained enough for it and the calls refused before it have had their turn (`Retry-After`). So past capacity the
-cores go to answers someone will read, not to requests that would time out, nor to refusing the same clients again.
+call of its size where it waits (CUT_IN_RESERVE). Else it is refused at once: `OverShare` (429) where its client
+holds more than its share of the work while others have some, else `Overloaded` (503), each with the seconds after
+which the plan will have drained enough for it and the calls refused before it have had their turn (`Retry-After`).
+So past capacity the cores go to answers someone will read, not to requests that would time out, nor to refusing the
+same clients again.
 
 Its place is fair: start-time fair queueing (Goyal et al., 1996) gives each call a start tag, the later of the virtual
 time (the tag of the call last started) and its client's previous finish tag, and a finish tag, the start tag plus
@@ -135,7 +136,8 @@ class Scheduler:
         finishes = list(itertools.accumulate((ticket.cost_s for ticket in self.waiting), initial=self._running_s()))
         spare = [ticket.limit_s - finish for ticket, finish in zip(self.waiting, finishes[1:], strict=True)]
         least_spare_behind = list(itertools.accumulate(reversed(spare), min, initial=math.inf))[::-1]
-        fair = next((index for index, ticket in enumerate(self.waiting) if ticket.start_tag > start_tag), len(self.waiting))
+        later_tags = (index for index, ticket in enumerate(self.waiting) if ticket.start_tag > start_tag)
+        fair = next(later_tags, len(self.waiting))
         index = next(index for index in range(fair, len(self.waiting) + 1) if least_spare_behind[index] >= cost_s)
         return _Place(index, finishes[index] + cost_s)
 
