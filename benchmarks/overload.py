@@ -129,10 +129,16 @@ async def client_loop(
     while time.monotonic() < until:
         body = {"sequences": [protein(rng, RESIDUES) for _ in range(proteins)]}
         began = time.monotonic()
-        async with session.post(f"{url}/embed", json=body, headers=headers) as response:
-            await response.read()
-            took = time.monotonic() - began
-            status, retry_after = response.status, response.headers.get("Retry-After")
+        try:
+            async with session.post(f"{url}/embed", json=body, headers=headers) as response:
+                await response.read()
+                took = time.monotonic() - began
+                status, retry_after = response.status, response.headers.get("Retry-After")
+        except aiohttp.ServerDisconnectedError:
+            # a pooled connection the server closed (uvicorn's keep-alive ends while a client waits its Retry-After):
+            # counted, not an answer; the next request opens another
+            step.statuses["disconnected"] = step.statuses.get("disconnected", 0) + 1
+            continue
         if time.monotonic() > until and status == 200 and began + took > until:
             break  # answered after the window: not counted
         step.statuses[str(status)] = step.statuses.get(str(status), 0) + 1
