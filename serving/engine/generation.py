@@ -117,7 +117,8 @@ class MoleculeGenerator:
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:
         tokenizer = self._tokenizer(model)
-        work = Work(f"{model.name}/decode", shares_steps=True).on(model.graph(GraphRole.DECODER), [max_length] * len(latents.mask))
+        work = Work(f"{model.name}/decode", shares_steps=True)
+        work = work.on(model.graph(GraphRole.DECODER), [max_length] * len(latents.mask))
         async with self.encoder.scheduler.admitted(work):
             ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
         return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids], precision=model.precision(GraphRole.DECODER))
