@@ -4,8 +4,8 @@ Every engine call states its work (cost.py) once its input is validated. Before 
 scheduler plans when it would finish: the work of the calls running (what is left of it), then the waiting calls
 in the order they will start, each one's cost, in this worker's seconds (a running call's share of the worker's time
 is what it is charged, so these add up to the time the worker is busy). A new call takes its place in that plan and
-is admitted only if it finishes before its caller's deadline (ADMIT_MARGIN of it), with room to spare where it waits
-for one more call of its size and for as much as its client has waiting already (`_reserve_s`). Else it is refused at once: `OverShare` (429) where its client
+is admitted only if it finishes before its caller's deadline (ADMIT_MARGIN of it), with room to spare for one more
+call of its size where it waits (CUT_IN_RESERVE). Else it is refused at once: `OverShare` (429) where its client
 holds more than its share of the work while others have some, else `Overloaded` (503), each with the seconds after
 which the plan will have drained enough for it and the calls refused before it have had their turn (`Retry-After`).
 So past capacity the cores go to answers someone will read, not to requests that would time out, nor to refusing the
@@ -43,8 +43,8 @@ ADMIT_MARGIN = 0.7
 """Share of the time left to a caller that its planned finish may take: estimates err, and a call admitted must be
 answered, not end in a 504."""
 CUT_IN_RESERVE = 1.0
-"""Room a call admitted to wait leaves before its finish limit, in its own costs (`_reserve_s`): what calls of fairer
-clients placed ahead of it later may take."""
+"""Room a call admitted leaves before its finish limit, in its own costs: what calls of fairer clients placed ahead of
+it later may take."""
 TURN_MARGIN = 0.9
 """Share of the time left to a waiting call, when its turn comes, that its cost by the estimates then may take."""
 LEFT_FLOOR = 0.1
@@ -141,13 +141,6 @@ class Scheduler:
         index = next(index for index in range(fair, len(self.waiting) + 1) if least_spare_behind[index] >= cost_s)
         return _Place(index, finishes[index] + cost_s)
 
-    def _reserve_s(self, ticket: _Ticket) -> float:
-        """Room a waiting call must leave before its limit for calls of other clients placed ahead of it later: one
-        call of its size, plus as much as its client already has waiting (a client with a backlog is served at most
-        half the time while another client sends calls, so that its own calls, planned back to back, keep that room)."""
-        backlog_s = sum(other.cost_s for other in self.waiting if other.caller.client == ticket.caller.client)
-        return ticket.cost_s * CUT_IN_RESERVE + backlog_s
-
     def _running_s(self) -> float:
         return sum(self._left_s(ticket) for ticket in self.running)
 
@@ -158,7 +151,7 @@ class Scheduler:
         ticket = _Ticket(work, caller, cost_s, start_tag)
         place = self._place(cost_s, start_tag)
         starts = (self._has_place(ticket) and not self.waiting) or self._starts_beside(ticket, place)
-        needed_s = place.finish_s + (0.0 if starts else self._reserve_s(ticket))
+        needed_s = place.finish_s + (0.0 if starts else cost_s * CUT_IN_RESERVE)
         if needed_s > caller.remaining_s() * ADMIT_MARGIN:
             self._refuse(caller, cost_s, needed_s, now)
         self._finish_tags[caller.client] = start_tag + cost_s
