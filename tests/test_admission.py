@@ -104,6 +104,26 @@ def test_calls_refused_one_after_another_are_told_to_come_back_one_after_another
     run(test)
 
 
+def test_long_calls_run_one_at_a_time_and_short_ones_together() -> None:
+    async def test() -> None:
+        scheduler = Scheduler(max_running=4, default_timeout_s=60)
+        long_calls, short_calls = Held(scheduler), Held(scheduler)
+        for index in range(3):
+            long_calls.send(f"long-{index}", f"l{index}", 1.0, timeout_s=60)
+        await long_calls.settle()
+        assert long_calls.started == ["long-0"] and len(scheduler.waiting) == 2
+        long_calls.release.set()
+        await asyncio.gather(*long_calls.tasks)
+        for index in range(3):
+            short_calls.send(f"short-{index}", f"s{index}", 0.01, timeout_s=60)
+        await short_calls.settle()
+        assert short_calls.started == ["short-0", "short-1", "short-2"]  # Triton may batch them together
+        short_calls.release.set()
+        await asyncio.gather(*short_calls.tasks)
+
+    run(test)
+
+
 def test_a_call_that_alone_needs_more_than_its_time_is_refused_saying_so() -> None:
     async def test() -> None:
         scheduler = Scheduler(max_running=4, default_timeout_s=10)
@@ -117,7 +137,7 @@ def test_a_call_that_alone_needs_more_than_its_time_is_refused_saying_so() -> No
 
 def test_a_lone_request_of_another_client_starts_before_a_flooding_clients_queue() -> None:
     async def test() -> None:
-        scheduler = Scheduler(max_running=2, default_timeout_s=60)
+        scheduler = Scheduler(max_running=2, default_timeout_s=60, shared_run_s=math.inf)
         held = Held(scheduler)
         for index in range(8):
             held.send(f"flood-{index}", "flooder", 0.5, timeout_s=60)
@@ -212,7 +232,7 @@ def test_the_estimates_follow_what_the_answers_took() -> None:
 
 def test_answered_calls_teach_the_scheduler_their_share_of_the_worker() -> None:
     async def test() -> None:
-        scheduler = Scheduler(max_running=2, default_timeout_s=10)
+        scheduler = Scheduler(max_running=2, default_timeout_s=10, shared_run_s=math.inf)
 
         async def call() -> None:
             async with scheduler.admitted(Work(EMBED, 1.0)):

@@ -45,6 +45,10 @@ answered, not end in a 504."""
 CUT_IN_RESERVE = 1.0
 """Room a call admitted leaves before its finish limit, in its own costs: what calls of fairer clients placed ahead of
 it later may take."""
+SHARED_RUN_S = 0.25
+"""Most estimated work a call may start beside (what the calls running have left, plus its own): longer calls run one
+at a time, as Triton's batcher would merge concurrent ones into batches that take as long as all of them together,
+while short ones still start together and share Triton's batches."""
 TURN_MARGIN = 0.9
 """Share of the time left to a waiting call, when its turn comes, that its cost by the estimates then may take."""
 LEFT_FLOOR = 0.1
@@ -85,10 +89,10 @@ class Scheduler:
     """One per API worker: the calls running, those waiting in the order they will start, and the cost model their
     answers keep current."""
 
-    def __init__(self, max_running: int, default_timeout_s: float) -> None:
+    def __init__(self, max_running: int, default_timeout_s: float, shared_run_s: float = SHARED_RUN_S) -> None:
         """`max_running`: calls sent to Triton at once from this worker (BIONEMO_MAX_RUNNING); `default_timeout_s`:
-        the deadline of a call no front set one for (BIONEMO_REQUEST_TIMEOUT_S)."""
-        self.max_running, self.default_timeout_s = max_running, default_timeout_s
+        the deadline of a call no front set one for (BIONEMO_REQUEST_TIMEOUT_S); `shared_run_s`: SHARED_RUN_S."""
+        self.max_running, self.default_timeout_s, self.shared_run_s = max_running, default_timeout_s, shared_run_s
         self.costs = CostModel()
         self.running: list[_Ticket] = []
         self.waiting: list[_Ticket] = []
@@ -219,9 +223,13 @@ class Scheduler:
         return any(places > share for holder, places in held.items() if holder in flooding)
 
     def _has_place(self, ticket: _Ticket) -> bool:
-        """Whether `ticket` may start now: one of `max_running` places is free, or its work shares its steps with
-        the calls running."""
-        return ticket.work.shares_steps or sum(not other.work.shares_steps for other in self.running) < self.max_running
+        """Whether `ticket` may start now: its work shares its steps with the calls running, or nothing else runs, or
+        one of `max_running` places is free and the work running with its own is short (`shared_run_s`)."""
+        if ticket.work.shares_steps:
+            return True
+        counted = [other for other in self.running if not other.work.shares_steps]
+        running_s = sum(self._left_s(other) for other in counted) + ticket.cost_s
+        return not counted or (len(counted) < self.max_running and running_s <= self.shared_run_s)
 
     def _start(self, ticket: _Ticket) -> None:
         self._now()

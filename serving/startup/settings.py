@@ -144,10 +144,11 @@ MAX_IN_FLIGHT = Setting(
 )
 MAX_RUNNING = Setting(
     "BIONEMO_MAX_RUNNING",
-    "1",
-    "requests one API worker runs on Triton at once (decodings, whose steps Triton batches, start beside them); the "
-    "others wait in its queue, fairly between clients, and one that could not finish before its deadline is refused "
-    "at once (503, or 429 for a client over its share, with Retry-After)",
+    "4",
+    "requests one API worker runs on Triton at once, as long as together they are short (a long one runs alone; "
+    "decodings, whose steps Triton batches, start beside them); the others wait in its queue, fairly between "
+    "clients, and one that could not finish before its deadline is refused at once (503, or 429 for a client over "
+    "its share, with Retry-After)",
 )
 ADMIN_TOKEN = Setting(
     "BIONEMO_ADMIN_TOKEN",
