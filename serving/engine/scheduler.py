@@ -164,7 +164,7 @@ class Scheduler:
         else:
             loop = asyncio.get_running_loop()
             ticket.turn = loop.create_future()
-            needs_s = cost_s * self.max_running / TURN_MARGIN
+            needs_s = cost_s * self._sharing(cost_s) / TURN_MARGIN
             ticket.expiry = loop.call_at(caller.deadline - needs_s, self._expire, ticket)
             self.waiting.insert(place.index, ticket)
             QUEUED.inc()
@@ -175,7 +175,8 @@ class Scheduler:
         if ticket in self.waiting:
             self.waiting.remove(ticket)
             QUEUED.dec()
-            self._give_up(ticket, self.costs.seconds(ticket.work) * self.max_running)
+            cost_s = self.costs.seconds(ticket.work)
+            self._give_up(ticket, cost_s * self._sharing(cost_s))
 
     def _refuse(self, caller: Caller, cost_s: float, needed_s: float, now: float) -> None:
         """Raise the refusal of a call of `cost_s` that needs `needed_s` from now: once the plan has drained that
@@ -231,6 +232,10 @@ class Scheduler:
         running_s = sum(self._left_s(other) for other in counted) + ticket.cost_s
         return not counted or (len(counted) < self.max_running and running_s <= self.shared_run_s)
 
+    def _sharing(self, cost_s: float) -> int:
+        """How many calls one of `cost_s` may run beside at most, itself included: a long one runs alone."""
+        return 1 if cost_s > self.shared_run_s else self.max_running
+
     def _start(self, ticket: _Ticket) -> None:
         self._now()
         if ticket.expiry is not None:
@@ -262,7 +267,8 @@ class Scheduler:
             assert ticket.turn is not None
             # once started it shares the worker with those running, and lasts its cost that many times; a call
             # started short of that time would end in a 504
-            cost_s = self.costs.seconds(ticket.work) * min(len(self.running) + 1, self.max_running)
+            cost_s = self.costs.seconds(ticket.work)
+            cost_s *= min(len(self.running) + 1, self._sharing(cost_s))
             if cost_s > ticket.caller.remaining_s() * TURN_MARGIN:
                 self._give_up(ticket, cost_s)
                 continue
