@@ -84,6 +84,23 @@ def start(server: Server, timeout: float = STARTUP_TIMEOUT_S) -> Running:
     return running
 
 
+def terminate(processes: list[psutil.Process], grace_s: float = STOP_GRACE_S) -> list[int]:
+    """SIGTERM each of `processes`, by PID, then SIGKILL those still running `grace_s` later; their PIDs."""
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    return [process.pid for process in processes]
+
+
 def stop(running: Running) -> None:
     """SIGTERM its process group and let it shut its children down; then SIGKILL what is left, by PID."""
     for sent, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):  # the second only if still running

@@ -34,6 +34,8 @@ from typing import Any
 
 import psutil
 
+from benchmarks.processes import terminate
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -256,24 +258,13 @@ class StandaloneCluster:
             if process is not None:
                 under += process.children(recursive=True)
         processes = [process for process in [*map(_process, (d.pid for d in daemons)), *under] if process is not None]
-        for process in processes:
-            try:
-                process.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(processes, timeout=STOP_GRACE_S)
-        for process in alive:
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+        stopped = terminate(processes, STOP_GRACE_S)
         for daemon in daemons:
             try:
                 daemon.process.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        return [process.pid for process in processes]
+        return stopped
 
     def __enter__(self) -> StandaloneCluster:
         try:

@@ -47,6 +47,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.processes import terminate
 from benchmarks.spark_cluster import StandaloneCluster
 from benchmarks.workload import protein
 
@@ -180,20 +181,7 @@ def job_processes(marker: str) -> list[psutil.Process]:
 def stop_job_processes(marker: str) -> list[int]:
     """SIGTERM every process the job with `marker` left (tritonserver ends its python-backend stubs and removes their
     shared memory on it), then SIGKILL what is left after STOP_GRACE_S; the PIDs stopped."""
-    left = job_processes(marker)
-    for process in left:
-        try:
-            process.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(left, timeout=STOP_GRACE_S)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=STOP_GRACE_S)
-    return [process.pid for process in left]
+    return terminate(job_processes(marker), STOP_GRACE_S)
 
 
 def job_environment(bentoml_home: Path, workdir: Path, marker: str) -> dict[str, str]:
