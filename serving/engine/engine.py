@@ -2,8 +2,8 @@
 of results.py; a request over the limits is refused here, the same for every front.
 
 Each method hands its work to the role that does it: the encoder (embeddings, hidden states), the protein language
-model (log-probabilities, scores, contacts) or the molecule generator (decoding, generation), all of which call
-Triton's graphs through one `GraphCalls`.
+model (log-probabilities, scores, contacts), the molecule generator (decoding, generation) or the molecule optimizer
+(property-guided generation), all of which call Triton's graphs through one `GraphCalls`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,28 @@ from preprocessing import tokenizer_for
 from serving.engine.encoding import Encoder
 from serving.engine.generation import MoleculeGenerator
 from serving.engine.graphs import GraphCalls
-from serving.engine.inputs import DecodeInput, EmbedInput, GenerateInput, HiddenInput, ScoreInput, SequencesInput
+from serving.engine.inputs import (
+    DecodeInput,
+    EmbedInput,
+    GenerateInput,
+    HiddenInput,
+    OptimizeInput,
+    ScoreInput,
+    SequencesInput,
+)
 from serving.engine.language_model import ProteinLanguageModel
 from serving.engine.limits import RequestLimits
-from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
+from serving.engine.optimization import MoleculeOptimizer
+from serving.engine.results import (
+    ContactMaps,
+    Decoded,
+    Embeddings,
+    Generated,
+    HiddenStates,
+    LogProbs,
+    Optimized,
+    Scores,
+)
 from serving.engine.scheduler import Scheduler
 from serving.triton.registry import ModelRegistry
 
@@ -37,6 +55,7 @@ class Engine:
         self.encoder = Encoder(registry, graphs, tokenizers, scheduler)
         self.language_model = ProteinLanguageModel(registry, graphs, self.encoder, limits)
         self.generator = MoleculeGenerator(registry, graphs, self.encoder)
+        self.optimizer = MoleculeOptimizer(registry, self.encoder, self.generator)
 
     async def embed(self, asked: EmbedInput) -> Embeddings:
         """One vector per input: the mean of its residues' states, or its <cls> state."""
@@ -77,3 +96,8 @@ class Engine:
         """New molecules around seed SMILES."""
         self.limits.check_count("smiles", asked.smiles)
         return await self.generator.generate(asked)
+
+    async def optimize(self, asked: OptimizeInput) -> Optimized:
+        """New molecules around one seed that improve a property under a similarity floor: MolMIM's CMA-ES search of
+        the latent space; its work is bounded by the time it may take."""
+        return await self.optimizer.optimize(asked)

@@ -116,12 +116,17 @@ class MoleculeGenerator:
         return await self._decode_latents(model, Latents(hidden_states, mask), DEFAULT_MAX_DECODE_LENGTH)
 
     async def _decode_latents(self, model: ServedModel, latents: Latents, max_length: int) -> Decoded:
-        tokenizer = self._tokenizer(model)
         work = Work(f"{model.name}/decode", shares_steps=True)
         work = work.on(model.graph(GraphRole.DECODER), [max_length] * len(latents.mask))
         async with self.encoder.scheduler.admitted(work):
-            ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
-        return Decoded(model.name, model.version, [tokenizer.decode(row) for row in ids], precision=model.precision(GraphRole.DECODER))
+            smiles = await self.decode_greedily(model, latents, max_length)
+        return Decoded(model.name, model.version, smiles, precision=model.precision(GraphRole.DECODER))
+
+    async def decode_greedily(self, model: ServedModel, latents: Latents, max_length: int) -> list[str]:
+        """The greedy decoding of each latent, as text; within work its caller has had admitted."""
+        tokenizer = self._tokenizer(model)
+        ids = await self._run(model, TokenByToken(latents, max_length, greedy, tokenizer))
+        return [tokenizer.decode(row) for row in ids]
 
     async def generate(self, asked: GenerateInput) -> Generated:
         """`num_samples` molecules per seed, each seed's latent perturbed by Gaussian noise of `scaled_radius`, then

@@ -37,6 +37,16 @@ class DecodingMethod(str, enum.Enum):
     BEAM = "beam"
 
 
+class MolecularProperty(str, enum.Enum):
+    QED = "QED"
+    PLOGP = "plogP"
+
+
+class SearchAlgorithm(str, enum.Enum):
+    CMA_ES = "CMA-ES"
+    NONE = "none"
+
+
 @dataclass(frozen=True)
 class SequencesInput:
     """Protein sequences (or SMILES, for a molecule model) for one model: what /logits and /contacts take."""
@@ -113,3 +123,30 @@ class GenerateInput:
     seed: int | None
     """None: a random seed, which the answer reports."""
     max_length: int
+
+
+@dataclass(frozen=True)
+class OptimizeInput:
+    """New molecules around one seed SMILES that improve a property while staying similar to it: latents searched by
+    CMA-ES (or sampled once around the seed's, with `SearchAlgorithm.NONE`), each decoded greedily and scored."""
+
+    smiles: str
+    model: str
+    model_version: int | None
+    property: MolecularProperty
+    minimize: bool
+    """Lower values of `property` are better."""
+    min_similarity: float
+    """The Tanimoto similarity to the seed below which a molecule ranks behind every one that keeps it."""
+    particles: int
+    """Latents decoded per iteration: CMA-ES's population (at least 3, pycma's smallest)."""
+    iterations: int
+    """CMA-ES's generations; one round of sampling with `SearchAlgorithm.NONE`."""
+    scaled_radius: float
+    """The standard deviation of the first latents around the seed's (CMA-ES's initial step size)."""
+    num_molecules: int
+    """Most molecules answered: the best distinct valid ones found."""
+    algorithm: SearchAlgorithm = SearchAlgorithm.CMA_ES
+    seed: int | None = None
+    """None: a random seed, which the answer reports."""
+    max_length: int = DEFAULT_MAX_DECODE_LENGTH

@@ -97,3 +97,25 @@ class Generated(FromModel):
     """The random seed used: the same request with it gets the same molecules."""
     results: list[SeedSamples]
     """One per seed molecule, in input order."""
+
+
+@dataclass(frozen=True)
+class ScoredMolecule:
+    smiles: str
+    """RDKit's canonical SMILES."""
+    score: float
+    """The property's value."""
+    similarity: float
+    """Morgan-fingerprint Tanimoto similarity to the seed."""
+
+
+@dataclass(frozen=True)
+class Optimized(FromModel):
+    seed: int
+    """The random seed used: the same request with it gets the same molecules."""
+    seed_smiles: str
+    molecules: list[ScoredMolecule]
+    """Best first: those at or above the similarity floor, then those below it (the nearer first), each group by
+    score; distinct, valid and other than the seed, at most the number asked."""
+    decoded: int
+    """Latents decoded in the search."""

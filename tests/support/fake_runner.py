@@ -75,7 +75,7 @@ def contact_map(residue_ids: np.ndarray) -> np.ndarray:
 
 
 DECODED_ATOM = "C"
-"""The decoder writes this token once per real position of a row's source, then its end token."""
+"""The decoder writes this token once per real position of a row's source, then its end token (`decoded`)."""
 _SMILES = SmilesTokenizer(max_tokens=1)
 
 
@@ -121,7 +121,7 @@ class FakeRunner:
         self.calls: list[InferCall] = []
         self.index_calls = 0
         self.in_flight = self.most_in_flight = 0
-        self._decoder_rows: dict[int, int] = {}
+        self._decoder_rows: dict[int, list[int]] = {}
         """The decoder's caches: each row id's tokens left to write."""
 
     @staticmethod
@@ -241,21 +241,30 @@ class FakeRunner:
             return np.stack([contact_map(ids[1:-1]) for ids in arrays["input_ids"]])
         return self._decode_step(arrays)
 
+    def decoded(self, states: np.ndarray) -> str:
+        """What the decoder writes from a source's states at its real positions: DECODED_ATOM once per position. A
+        test overrides it to make the writing depend on the values (tests/test_optimization.py)."""
+        return DECODED_ATOM * len(states)
+
     def _decode_step(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
-        """The stateful decoder: a row starting from a source writes DECODED_ATOM once per real position of it, then
-        ends; a row extending a cache (its parent) goes on where the parent was."""
-        sources = iter(arrays["encoder_mask"].sum(axis=1).tolist())
+        """The stateful decoder: a row starting from a source writes `decoded(source)` token by token, then ends; a
+        row extending a cache (its parent) goes on where the parent was."""
+        sources = iter(zip(arrays["encoder_hidden_states"], arrays["encoder_mask"].astype(bool)))
         left = []
         for parent in arrays["parent_ids"].tolist():
             if parent >= 0 and parent not in self._decoder_rows:
                 raise InferenceServerException(f"the decoder has no cache {parent}")
-            left.append(next(sources) if parent < 0 else self._decoder_rows[parent])
+            if parent < 0:
+                states, mask = next(sources)
+                left.append([_SMILES.ids[token] for token in _SMILES.split(self.decoded(states[mask]))])
+            else:
+                left.append(self._decoder_rows[parent])
         for released in arrays["released_ids"].tolist():  # a call releases the parents it extends
             self._decoder_rows.pop(released, None)
         logits = np.full((len(left), len(MEGAMOLBART_TOKENS)), -10.0, dtype=np.float32)
-        for row, (row_id, remaining) in enumerate(zip(arrays["row_ids"].tolist(), left)):
-            logits[row, _SMILES.ids[DECODED_ATOM] if remaining else _SMILES.end_id] = 10.0
-            self._decoder_rows[row_id] = max(remaining - 1, 0)
+        for row, (row_id, tokens) in enumerate(zip(arrays["row_ids"].tolist(), left)):
+            logits[row, tokens[0] if tokens else _SMILES.end_id] = 10.0
+            self._decoder_rows[row_id] = tokens[1:]
         return logits
 
 

@@ -1,0 +1,166 @@
+"""Property-guided generation (serving/engine/optimization.py), in this process over the fake runner.
+
+The fake decoder here writes a molecule of a ladder ordered by QED: the higher the first value of the latent's first
+position above the seed's, the higher the rung. CMA-ES has to find that one value among the thousands of the latent
+to climb; the similarity floor and invalid SMILES are rungs of the same ladder. Expectations are computed from the
+ladder and RDKit, not from the engine's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from model_catalog import MODELS
+from preprocessing import tokenizer_for
+from preprocessing.properties import penalized_logp, qed
+from preprocessing.smiles import canonical_smiles, tanimoto_similarity
+from serving.engine.inputs import MEGAMOLBART, MolecularProperty, OptimizeInput, SearchAlgorithm
+from serving.engine.results import Optimized
+from serving.errors import InvalidRequest, Overloaded
+from support.fake_runner import FakeRunner, checkpoint_sizes, token_states
+from support.in_process import engine_over
+
+SEED = "CC(=O)Nc1ccc(O)cc1"
+"""Paracetamol: QED 0.595."""
+LADDER = [
+    "C1CC",  # not a molecule: an unclosed ring
+    "C",
+    "CCO",
+    "Oc1ccccc1",
+    SEED,
+    "CC(=O)Nc1ccc(O)c(C)c1",  # QED 0.622, similarity to the seed 0.552
+    "CCC(=O)Nc1ccc(O)cc1",  # 0.656, 0.593
+    "CC(=O)Nc1ccc(OC)cc1",  # 0.723, 0.593
+    "CC(=O)Nc1ccc(OCC)cc1",  # 0.771, 0.533: the best that keeps a floor of 0.5
+    "Cc1ccc(NC(=O)c2ccccc2)cc1",  # 0.811, 0.364
+    "CC(C)Cc1ccc(C(C)C(=O)O)cc1",  # 0.822, 0.184
+    "CN1CCN(c2ccc(NC(=O)c3ccccc3)cc2)CC1",  # 0.945, 0.286: the best of all
+]
+HIDDEN = checkpoint_sizes(MODELS[MEGAMOLBART])["hidden_size"]
+ORIGIN = float(token_states(tokenizer_for(MODELS[MEGAMOLBART]).encode(SEED), HIDDEN)[0, 0])
+"""The seed's latent's first value, which the fake decoder reads."""
+
+
+class LadderRunner(FakeRunner):
+    """The fake runner whose decoder writes the rung `floor(value - ORIGIN)` above the seed's."""
+
+    def decoded(self, states: np.ndarray) -> str:
+        rung = LADDER.index(SEED) + math.floor(float(states[0, 0]) - ORIGIN + 0.5)
+        return LADDER[min(max(rung, 0), len(LADDER) - 1)]
+
+    def decoder_rows(self) -> int:
+        """Rows decoded so far: each starts from a latent (no parent)."""
+        return sum(int((call.inputs["parent_ids"] < 0).sum()) for call in self.calls if "parent_ids" in call.inputs)
+
+
+def asked(**changes: Any) -> OptimizeInput:
+    """The NIM's defaults but the search's size (20 particles, 10 generations), seeded."""
+    defaults = OptimizeInput(
+        SEED, MEGAMOLBART, None, MolecularProperty.QED, minimize=False, min_similarity=0.0, particles=20, iterations=10,
+        scaled_radius=1.0, num_molecules=5, seed=3,
+    )  # fmt: skip
+    return replace(defaults, **changes)
+
+
+def optimize(request: OptimizeInput, runner: FakeRunner | None = None) -> Optimized:
+    return asyncio.run(engine_over(runner or LadderRunner()).optimize(request))
+
+
+def test_cma_es_climbs_to_the_best_molecule_and_answers_the_best_distinct_ones_first() -> None:
+    runner = LadderRunner()
+    optimized = optimize(asked(), runner)
+    smiles = [molecule.smiles for molecule in optimized.molecules]
+    assert smiles[0] == canonical_smiles(LADDER[-1])  # the top of the ladder, 7 rungs above the seed
+    assert len(smiles) == 5 and len(set(smiles)) == 5 and canonical_smiles(SEED) not in smiles
+    assert set(smiles) <= {canonical_smiles(rung) for rung in LADDER}
+    for molecule in optimized.molecules:
+        assert molecule.score == pytest.approx(qed(molecule.smiles))
+        assert molecule.similarity == pytest.approx(tanimoto_similarity(molecule.smiles, SEED))
+    scores = [molecule.score for molecule in optimized.molecules]
+    assert scores == sorted(scores, reverse=True)
+    assert optimized.decoded == runner.decoder_rows() == 20 * 10  # particles x iterations, no more
+    assert (optimized.seed, optimized.seed_smiles, optimized.model) == (3, SEED, MEGAMOLBART)
+
+
+def test_minimize_climbs_down_and_what_is_not_a_molecule_is_never_answered() -> None:
+    optimized = optimize(asked(minimize=True))
+    scores = [molecule.score for molecule in optimized.molecules]
+    assert optimized.molecules[0].smiles == "C"  # the lowest QED; the rung below it does not parse
+    assert scores == sorted(scores)
+    assert all(canonical_smiles(molecule.smiles) is not None for molecule in optimized.molecules)
+
+
+def test_molecules_that_keep_the_similarity_floor_rank_before_any_that_do_not() -> None:
+    optimized = optimize(asked(min_similarity=0.5, num_molecules=12))
+    smiles = [molecule.smiles for molecule in optimized.molecules]
+    assert smiles[:4] == [canonical_smiles(rung) for rung in reversed(LADDER[5:9])]  # by QED, all at or above 0.5
+    below = optimized.molecules[4:]
+    assert below and all(molecule.similarity < 0.5 for molecule in below)
+    assert [m.similarity for m in below] == sorted((m.similarity for m in below), reverse=True)  # the nearer first
+    assert canonical_smiles(LADDER[9]) in smiles[4:]  # the rung above the best found too, but below the floor
+
+
+def test_the_same_seed_gives_the_same_molecules_and_another_seed_another_search() -> None:
+    first, again = optimize(asked(seed=11, iterations=3)), optimize(asked(seed=11, iterations=3))
+    assert first == again
+    runners = [LadderRunner(), LadderRunner()]
+    optimize(asked(seed=11, iterations=2), runners[0])
+    optimize(asked(seed=12, iterations=2), runners[1])
+    first_latents = [next(call for call in runner.calls if "parent_ids" in call.inputs) for runner in runners]
+    assert not np.array_equal(*(call.inputs["encoder_hidden_states"] for call in first_latents))
+
+
+def test_the_nims_smallest_population_2_runs_pycmas_smallest_3() -> None:
+    runner = LadderRunner()
+    assert optimize(asked(particles=2, iterations=4), runner).decoded == runner.decoder_rows() == 3 * 4
+
+
+def test_a_search_without_a_seed_reports_the_one_it_drew() -> None:
+    drawn = optimize(asked(seed=None, iterations=2))
+    assert optimize(asked(seed=drawn.seed, iterations=2)) == drawn
+
+
+def test_algorithm_none_decodes_particles_samples_once_whatever_the_iterations() -> None:
+    runner = LadderRunner()
+    request = asked(algorithm=SearchAlgorithm.NONE, particles=16, iterations=50, scaled_radius=2.0)
+    optimized = optimize(request, runner)
+    assert optimized.decoded == runner.decoder_rows() == 16
+    scores = [molecule.score for molecule in optimized.molecules]
+    assert optimized.molecules and scores == sorted(scores, reverse=True)
+
+
+def test_plogp_is_jt_vae_s_standardised_penalized_logp_as_the_nim_scores_it() -> None:
+    """The NIM's own /generate examples (docs.nvidia.com's MolMIM endpoints page): plogP and QED, as it answered them."""
+    assert penalized_logp("Cn1c(=O)c2c(ncn2C)n(C)c(=O)c1=O") == pytest.approx(-5.532875846274631)
+    assert penalized_logp("Cn1c(=O)c2c(ncn2CC(=O)NCc2ccns2)n(C)c1=O") == pytest.approx(-1.903221843709685)
+    assert qed("Cn1c(=O)c2c(ncn2CCC(C)(F)F)n(C)c1=O") == pytest.approx(0.8161010239583072)
+    assert penalized_logp("C1CC") is None and qed("") is None
+    optimized = optimize(asked(property=MolecularProperty.PLOGP, iterations=3))
+    assert all(molecule.score == pytest.approx(penalized_logp(molecule.smiles)) for molecule in optimized.molecules)
+
+
+def test_fields_the_search_cannot_run_with_are_a_422_naming_each_before_triton_is_asked() -> None:
+    runner = LadderRunner()
+    bad = asked(particles=0, iterations=0, num_molecules=0, min_similarity=1.5, scaled_radius=0.0)
+    with pytest.raises(InvalidRequest) as raised:
+        optimize(bad, runner)
+    assert [problem.field for problem in raised.value.problems] == [
+        "particles", "iterations", "num_molecules", "min_similarity", "scaled_radius"
+    ]  # fmt: skip
+    with pytest.raises(InvalidRequest, match=r"^smiles: 'C1CC' is not a valid SMILES"):
+        optimize(asked(smiles="C1CC"), runner)
+    assert runner.calls == []
+
+
+def test_a_search_that_cannot_finish_in_time_is_refused_before_triton_is_asked() -> None:
+    """particles x iterations decodings are its work: the NIM's largest (1,000 x 1,000) could never finish."""
+    runner = LadderRunner()
+    with pytest.raises(Overloaded, match="send less in one request"):
+        optimize(asked(particles=1000, iterations=1000), runner)
+    assert runner.calls == []
