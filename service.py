@@ -21,6 +21,7 @@ from serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on
 from serving.fronts.bentoml.schema import ServesSchemaJSON
 from serving.fronts.bionemo_grpc import servicers as bionemo_grpc
 from serving.fronts.dataframe import routes as dataframe_api
+from serving.fronts.molmim import routes as molmim_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
 from serving.metrics import MergeTritonMetrics
@@ -50,6 +51,7 @@ engine = Engine(triton, registry, limits, Scheduler(settings.max_running, settin
 endpoint = Endpoints(svc, admission)
 native_api.mount(endpoint, engine, registry, settings.max_request_bytes)
 openai_api.mount(endpoint, engine, registry, settings.max_request_bytes)
+molmim_api.mount(endpoint, engine, settings.max_request_bytes)  # MolMIM's NIM API under /molmim/
 dataframe_api.mount(endpoint, engine, settings.max_request_bytes)  # tables: bentoml.batch.run_in_spark
 # The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.
 if settings.admin_token is not None:

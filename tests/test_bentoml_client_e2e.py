@@ -24,7 +24,8 @@ pytestmark = pytest.mark.e2e
 
 PUBLIC_APIS = {
     "embed", "embed_ndarray", "hidden", "logits", "score", "contacts", "decode", "decode_ndarray", "generate", "models",
-    "openai_embeddings", "openai_models", "embed_dataframe",
+    "openai_embeddings", "openai_models", "embed_dataframe", "molmim_embedding", "molmim_hidden", "molmim_decode",
+    "molmim_sampling", "molmim_generate",
 }  # fmt: skip
 PROTEIN = "esm2nv"
 MOLECULES = ["CCO", "c1ccccc1C(=O)O"]

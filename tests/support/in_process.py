@@ -25,6 +25,7 @@ from serving.engine.scheduler import Scheduler
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.dataframe import routes as dataframe_api
+from serving.fronts.molmim import routes as molmim_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
 from serving.startup.settings import (
@@ -128,8 +129,8 @@ def engine_over(
 
 
 class InProcessService:
-    """The native, OpenAI, DataFrame (and, with an admin token, admin) routes over an Engine on `runner`, with the service's
-    default limits unless told others."""
+    """The native, OpenAI, MolMIM, DataFrame (and, with an admin token, admin) routes over an Engine on `runner`, with
+    the service's default limits unless told others."""
 
     def __init__(
         self,
@@ -148,6 +149,7 @@ class InProcessService:
         endpoint = Endpoints(service, admission)
         native_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
         openai_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
+        molmim_api.mount(endpoint, self.engine, max_request_bytes)
         dataframe_api.mount(endpoint, self.engine, max_request_bytes)
         if admin_token is not None:
             native_api.mount_admin(endpoint, self.registry, admin_token, max_request_bytes)

@@ -1,0 +1,1 @@
+"""MolMIM's NIM API as a dialect of this service: its types (protocol.py) and routes (routes.py)."""
