@@ -1,5 +1,6 @@
 """Request and response types of MolMIM's NIM API (/molmim/...): its field names, defaults and value ranges, and the
-shapes of its answers, as NVIDIA documents them (routes.py names the pages); also their OpenAPI schema.
+shapes of its answers, as NVIDIA documents them (routes.py names the pages); also their OpenAPI schema, where they are
+named MolMIM... beside the native API's types of the same role (the document keeps one schema per name).
 
 The NIM is a FastAPI service: its bodies are read as pydantic reads them by default, numbers and booleans also from
 their JSON strings ("10", "true") and a mask's booleans also as 0 and 1, so these are too (not strictly, as the native
@@ -18,7 +19,7 @@ class _NimRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SequencesRequest(_NimRequest):
+class MolMIMSequencesRequest(_NimRequest):
     sequences: list[str] = Field(
         min_length=1,
         description="SMILES strings; each must parse with RDKit.",
@@ -26,14 +27,14 @@ class SequencesRequest(_NimRequest):
     )
 
 
-class EmbeddingResponse(BaseModel):
+class MolMIMEmbeddingResponse(BaseModel):
     embeddings: list[list[float]] = Field(
         description="One vector per SMILES, in input order: the mean of its tokens' encoder states (MolMIM's is its "
         "512-value latent)."
     )
 
 
-class HiddenResponse(BaseModel):
+class MolMIMHiddenResponse(BaseModel):
     hiddens: list[list[list[float]]] = Field(
         description="[batch, length, hidden]: each SMILES's encoder states at every token, zero-padded to the longest "
         "(MolMIM's are [batch, 1, 512]); what /molmim/decode takes back."
@@ -41,18 +42,18 @@ class HiddenResponse(BaseModel):
     mask: list[list[bool]] = Field(description="[batch, length]: true at real tokens, false at padding.")
 
 
-class DecodeRequest(_NimRequest):
+class MolMIMDecodeRequest(_NimRequest):
     hiddens: list[list[list[FiniteFloat]]] = Field(
         min_length=1, description="[batch, length, hidden] states, as /molmim/hidden answers them."
     )
     mask: list[list[bool]] = Field(description="[batch, length]: true at real positions.")
 
 
-class DecodeResponse(BaseModel):
+class MolMIMDecodeResponse(BaseModel):
     generated: list[str] = Field(description="The greedy decoding of each latent, in input order.")
 
 
-class SamplingRequest(SequencesRequest):
+class MolMIMSamplingRequest(MolMIMSequencesRequest):
     beam_size: int = Field(default=1, ge=1, le=10, description="Beam width of each decoding; 1 decodes greedily.")
     num_molecules: int = Field(default=1, ge=1, le=10, description="Molecules to sample per SMILES.")
     scaled_radius: float = Field(
@@ -63,11 +64,11 @@ class SamplingRequest(SequencesRequest):
     )
 
 
-class SamplingResponse(BaseModel):
+class MolMIMSamplingResponse(BaseModel):
     generated: list[list[str]] = Field(description="Per input SMILES, in order, its sampled molecules (SMILES).")
 
 
-class GenerateRequest(_NimRequest):
+class MolMIMGenerateRequest(_NimRequest):
     smi: str = Field(description="The seed molecule's SMILES.", examples=["CN1C=NC2=C1C(=O)N(C(=O)N2C)C"])
     algorithm: SearchAlgorithm = Field(
         default=SearchAlgorithm.CMA_ES,
@@ -103,14 +104,14 @@ class GenerateRequest(_NimRequest):
     )
 
 
-class GeneratedMolecule(BaseModel):
+class MolMIMGeneratedMolecule(BaseModel):
     smiles: str = Field(description="RDKit's canonical SMILES.")
     score: float = Field(description="The property's value (QED, or penalized logP).")
     similarity: float = Field(description="Not the NIM's: the Tanimoto similarity to the seed.")
 
 
-class GenerateResponse(BaseModel):
-    generated: list[GeneratedMolecule] = Field(
+class MolMIMGenerateResponse(BaseModel):
+    generated: list[MolMIMGeneratedMolecule] = Field(
         description="At most `num_molecules`, best first: those at or above `min_similarity` by score, then those "
         "below it, the nearer first; valid, distinct and other than the seed."
     )

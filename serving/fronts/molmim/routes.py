@@ -41,16 +41,16 @@ from serving.errors import ServiceError
 from serving.fronts.bentoml.descriptors import JSONOutput, ValidatedJSON
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.molmim.protocol import (
-    DecodeRequest,
-    DecodeResponse,
-    EmbeddingResponse,
-    GeneratedMolecule,
-    GenerateRequest,
-    GenerateResponse,
-    HiddenResponse,
-    SamplingRequest,
-    SamplingResponse,
-    SequencesRequest,
+    MolMIMDecodeRequest,
+    MolMIMDecodeResponse,
+    MolMIMEmbeddingResponse,
+    MolMIMGeneratedMolecule,
+    MolMIMGenerateRequest,
+    MolMIMGenerateResponse,
+    MolMIMHiddenResponse,
+    MolMIMSamplingRequest,
+    MolMIMSamplingResponse,
+    MolMIMSequencesRequest,
 )
 
 T = TypeVar("T")
@@ -85,27 +85,39 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
     route = functools.partial(endpoint, model=MEGAMOLBART)  # the metrics' model: the requests name none
 
     @route(
-        "/molmim/embedding", json_body(pydantic_model=SequencesRequest), JSONOutput(pydantic_model=EmbeddingResponse)
+        "/molmim/embedding",
+        json_body(pydantic_model=MolMIMSequencesRequest),
+        JSONOutput(pydantic_model=MolMIMEmbeddingResponse),
     )
-    async def molmim_embedding(request: SequencesRequest) -> EmbeddingResponse:
+    async def molmim_embedding(request: MolMIMSequencesRequest) -> MolMIMEmbeddingResponse:
         """MolMIM's /embedding: one vector per SMILES, the mean of its tokens' encoder states."""
         embedded = await engine.embed(EmbedInput(request.sequences, MEGAMOLBART, truncate=None))
-        return EmbeddingResponse(embeddings=embedded.vectors.tolist())
+        return MolMIMEmbeddingResponse(embeddings=embedded.vectors.tolist())
 
-    @route("/molmim/hidden", json_body(pydantic_model=SequencesRequest), JSONOutput(pydantic_model=HiddenResponse))
-    async def molmim_hidden(request: SequencesRequest) -> HiddenResponse:
+    @route(
+        "/molmim/hidden",
+        json_body(pydantic_model=MolMIMSequencesRequest),
+        JSONOutput(pydantic_model=MolMIMHiddenResponse),
+    )
+    async def molmim_hidden(request: MolMIMSequencesRequest) -> MolMIMHiddenResponse:
         """MolMIM's /hidden: each SMILES's latent, its encoder states at every token, with the mask of real tokens."""
         hidden = await engine.hidden(HiddenInput(request.sequences, MEGAMOLBART, truncate=None))
-        return HiddenResponse(hiddens=hidden.states.tolist(), mask=hidden.mask.astype(bool).tolist())
+        return MolMIMHiddenResponse(hiddens=hidden.states.tolist(), mask=hidden.mask.astype(bool).tolist())
 
-    @route("/molmim/decode", json_body(pydantic_model=DecodeRequest), JSONOutput(pydantic_model=DecodeResponse))
-    async def molmim_decode(request: DecodeRequest) -> DecodeResponse:
+    @route(
+        "/molmim/decode", json_body(pydantic_model=MolMIMDecodeRequest), JSONOutput(pydantic_model=MolMIMDecodeResponse)
+    )
+    async def molmim_decode(request: MolMIMDecodeRequest) -> MolMIMDecodeResponse:
         """MolMIM's /decode: latents (as /molmim/hidden answers them) back to SMILES, greedily."""
         decoded = await engine.decode(DecodeInput(request.hiddens, request.mask, MEGAMOLBART))
-        return DecodeResponse(generated=decoded.smiles)
+        return MolMIMDecodeResponse(generated=decoded.smiles)
 
-    @route("/molmim/sampling", json_body(pydantic_model=SamplingRequest), JSONOutput(pydantic_model=SamplingResponse))
-    async def molmim_sampling(request: SamplingRequest) -> SamplingResponse:
+    @route(
+        "/molmim/sampling",
+        json_body(pydantic_model=MolMIMSamplingRequest),
+        JSONOutput(pydantic_model=MolMIMSamplingResponse),
+    )
+    async def molmim_sampling(request: MolMIMSamplingRequest) -> MolMIMSamplingResponse:
         """MolMIM's /sampling: molecules around each SMILES, its latent perturbed by Gaussian noise of `scaled_radius`,
         then decoded (by beam search where `beam_size` is over 1); unguided."""
         method = DecodingMethod.BEAM if request.beam_size > 1 else DecodingMethod.GREEDY
@@ -116,10 +128,14 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
         )  # fmt: skip
         generated = await named(engine.generate(asked), SAMPLING_NAMES)
         samples = [[sample.smiles for sample in result.samples] for result in generated.results]
-        return SamplingResponse(generated=samples)
+        return MolMIMSamplingResponse(generated=samples)
 
-    @route("/molmim/generate", json_body(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
-    async def molmim_generate(request: GenerateRequest) -> GenerateResponse:
+    @route(
+        "/molmim/generate",
+        json_body(pydantic_model=MolMIMGenerateRequest),
+        JSONOutput(pydantic_model=MolMIMGenerateResponse),
+    )
+    async def molmim_generate(request: MolMIMGenerateRequest) -> MolMIMGenerateResponse:
         """MolMIM's /generate: new molecules around `smi` that improve `property_name` while keeping `min_similarity`
         to it, found by CMA-ES in the latent space (or sampled around it, `algorithm: none`), best first."""
         asked = OptimizeInput(
@@ -128,5 +144,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
             request.seed,
         )  # fmt: skip
         optimized = await named(engine.optimize(asked), GENERATE_NAMES)
-        found = [GeneratedMolecule.model_validate(molecule, from_attributes=True) for molecule in optimized.molecules]
-        return GenerateResponse(generated=found)
+        found = [
+            MolMIMGeneratedMolecule.model_validate(molecule, from_attributes=True) for molecule in optimized.molecules
+        ]
+        return MolMIMGenerateResponse(generated=found)
