@@ -44,7 +44,9 @@ svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed
 svc.add_asgi_middleware(ServesSchemaJSON, service=svc)  # GET /schema.json, for bentoml.SyncHTTPClient/AsyncHTTPClient
 admission = Admission(settings.max_in_flight, settings.request_timeout_s, http_request=lambda: svc.context.request)
 registry = ModelRegistry(triton)
-limits = RequestLimits(settings.max_sequences_per_request, settings.max_score_passes, settings.request_timeout_s)
+limits = RequestLimits(
+    settings.max_sequences_per_request, settings.max_score_passes, settings.max_request_bytes, settings.request_timeout_s
+)
 engine = Engine(triton, registry, limits, Scheduler(settings.max_running, settings.request_timeout_s))
 
 endpoint = Endpoints(svc, admission)
@@ -53,5 +55,5 @@ openai_api.mount(endpoint, engine, registry, settings.max_request_bytes)
 dataframe_api.mount(endpoint, engine, settings.max_request_bytes)  # tables: bentoml.batch.run_in_spark
 # The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.
 if settings.admin_token is not None:
-    native_api.mount_admin(endpoint, registry, settings.admin_token, settings.max_request_bytes)
+    native_api.mount_admin(endpoint, registry, limits, settings.admin_token)
 bionemo_grpc.mount(svc, engine, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services

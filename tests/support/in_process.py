@@ -120,9 +120,10 @@ def engine_over(
     max_sequences: int = int(MAX_SEQUENCES.default),
     max_score_passes: int = int(MAX_SCORE_PASSES.default),
     request_seconds: float | None = None,
+    max_request_bytes: int = int(MAX_BODY.default),
 ) -> Engine:
     """An Engine (and its registry) over `runner`, as service.py builds it."""
-    limits = RequestLimits(max_sequences, max_score_passes, request_seconds)
+    limits = RequestLimits(max_sequences, max_score_passes, max_request_bytes, request_seconds)
     scheduler = Scheduler(int(MAX_RUNNING.default), float(REQUEST_TIMEOUT.default))
     return Engine(runner, ModelRegistry(runner), limits, scheduler)
 
@@ -141,7 +142,7 @@ class InProcessService:
         admin_token: str | None = None,
     ) -> None:
         self.runner = runner or FakeRunner()
-        self.engine = engine_over(self.runner, max_sequences, max_score_passes)
+        self.engine = engine_over(self.runner, max_sequences, max_score_passes, max_request_bytes=max_request_bytes)
         self.registry = self.engine.encoder.registry
         service = RecordingService()
         admission = Admission(int(MAX_IN_FLIGHT.default), float(REQUEST_TIMEOUT.default), http_request=_ANSWERING.get)
@@ -150,7 +151,7 @@ class InProcessService:
         openai_api.mount(endpoint, self.engine, self.registry, max_request_bytes)
         dataframe_api.mount(endpoint, self.engine, max_request_bytes)
         if admin_token is not None:
-            native_api.mount_admin(endpoint, self.registry, admin_token, max_request_bytes)
+            native_api.mount_admin(endpoint, self.registry, self.engine.limits, admin_token)
         self.routes = service.routes
 
     async def call(

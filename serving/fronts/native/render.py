@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from serving.engine.limits import RequestLimits
 from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
 from serving.fronts.array_encoding import encode_arrays
 from serving.fronts.native.protocol import (
@@ -19,6 +20,7 @@ from serving.fronts.native.protocol import (
     ModelsResponse,
     RepositoryEntry,
     RepositoryResponse,
+    RequestLimitsInfo,
     ScoreResponse,
     VectorsRequest,
 )
@@ -102,8 +104,14 @@ def generate_response(generated: Generated) -> GenerateResponse:
     return GenerateResponse.model_validate(generated, from_attributes=True)
 
 
-def models_response(served: list[ServedModel]) -> ModelsResponse:
+def models_response(served: list[ServedModel], limits: RequestLimits) -> ModelsResponse:
     return ModelsResponse(
+        limits=RequestLimitsInfo(
+            max_sequences=limits.max_sequences,
+            max_score_passes=limits.max_score_passes,
+            max_request_bytes=limits.max_request_bytes,
+            request_timeout_s=limits.request_seconds,
+        ),
         models=[
             ModelInfo(
                 name=model.name,
