@@ -2,7 +2,7 @@
 
 Every family of the service is defined here and recorded where the value is
 known: requests, statuses and latency where endpoints are registered
-(serving/fronts/bentoml/endpoints.py), sequences, tokens and padding in the engine's graph calls,
+(serving/fronts/bentoml/endpoints.py), sequences, tokens and padding per graph in the engine's graph calls,
 rows per decoder step in the decode batcher, requests in flight in admission,
 Triton look-ups in the model registry. So every front over the engine (REST,
 OpenAI's /v1, others) is counted the same way.
@@ -54,19 +54,20 @@ QUEUED = Gauge(
     "Engine calls admitted and waiting for their turn to run (serving/engine/scheduler.py), over the API workers",
     multiprocess_mode="livesum",
 )
-ENCODER_SEQUENCES = Histogram(
-    "bionemo_encoder_request_sequences", "Sequences (or SMILES) one request sends to a model's encoder", ["model"],
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+GRAPH_SEQUENCES = Histogram(
+    "bionemo_graph_request_sequences",
+    "Sequences (or SMILES) one request sends to a graph of token rows (encoder, language_model, contacts, layers)",
+    ["model", "graph"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )  # fmt: skip
-ENCODER_TOKENS = Histogram(
-    "bionemo_encoder_request_tokens", "Tokens one request's sequences make, special tokens included, padding not",
-    ["model"], buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
+GRAPH_TOKENS = Histogram(
+    "bionemo_graph_request_tokens", "Tokens one request's sequences make, special tokens included, padding not",
+    ["model", "graph"], buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
 )  # fmt: skip
-ENCODER_BATCH_TOKENS = Counter(
-    "bionemo_encoder_batch_tokens", "Token positions sent to Triton's encoders, padding included", ["model"]
+GRAPH_BATCH_TOKENS = Counter(
+    "bionemo_graph_batch_tokens", "Token positions sent to a graph of token rows, padding included", ["model", "graph"]
 )
-ENCODER_PADDING_TOKENS = Counter(
-    "bionemo_encoder_padding_tokens", "Padding positions among those sent to Triton's encoders", ["model"]
+GRAPH_PADDING_TOKENS = Counter(
+    "bionemo_graph_padding_tokens", "Padding positions among those sent to a graph of token rows", ["model", "graph"]
 )
 DECODER_STEP_ROWS = Histogram(
     "bionemo_decoder_step_rows", "Rows (samples and beams of every request in flight) in one decoder step", ["model"],
@@ -89,10 +90,10 @@ def model_label(parsed: Any, default: str) -> str:
 # The series of each label set, looked up once per worker: `labels()` costs ~2.5 us a call (a lock, a dict, its checks).
 _requests = functools.cache(REQUESTS.labels)
 _durations = functools.cache(REQUEST_DURATION.labels)
-_encoder_series = functools.cache(
-    lambda model: (
-        ENCODER_SEQUENCES.labels(model), ENCODER_TOKENS.labels(model),
-        ENCODER_BATCH_TOKENS.labels(model), ENCODER_PADDING_TOKENS.labels(model),
+_graph_series = functools.cache(
+    lambda model, graph: (
+        GRAPH_SEQUENCES.labels(model, graph), GRAPH_TOKENS.labels(model, graph),
+        GRAPH_BATCH_TOKENS.labels(model, graph), GRAPH_PADDING_TOKENS.labels(model, graph),
     )
 )  # fmt: skip
 
@@ -125,10 +126,11 @@ def counted(endpoint: str, model: str) -> Iterator[None]:
     record_request(endpoint, model, None, time.perf_counter() - started)
 
 
-def record_encoder_batches(model: str, tokens_per_row: list[int], positions_sent: int) -> None:
-    """One request's rows for `model`'s encoder: their real tokens, and the positions sent with the buckets' padding."""
+def record_token_rows(model: str, graph: str, tokens_per_row: list[int], positions_sent: int) -> None:
+    """One request's rows for `model`'s `graph` (its role: encoder, language_model, ...): their real tokens, and the
+    positions sent with the buckets' padding."""
     tokens = sum(tokens_per_row)
-    sequences, tokens_per_request, positions, padding = _encoder_series(model)
+    sequences, tokens_per_request, positions, padding = _graph_series(model, graph)
     sequences.observe(len(tokens_per_row))
     tokens_per_request.observe(tokens)
     positions.inc(positions_sent)
