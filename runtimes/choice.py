@@ -44,6 +44,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from runtimes.engines import RECORD, Arena, Engine, FreedMemory, Runtime, open_engine, weights_mapped
+from runtimes.record import RuntimeRecord
 from runtimes.step_caches import layer_caches
 
 MODEL_PARAMETER = "catalog_model"
@@ -395,16 +396,18 @@ class Choice:
     chosen_by: str
     """`measurement` or `BIONEMO_RUNTIME`."""
 
+    def runtime_record(self) -> RuntimeRecord:
+        """The choice as the config records it."""
+        return RuntimeRecord(
+            self.folder.path.name, self.runtime.value, self.chosen_by, self.timings.cpu, self.timings.threads,
+            self.timings.totals(), self.timings.grown_mib, self.timings.milliseconds.get(self.runtime.value, {}),
+        )  # fmt: skip
+
     def config_text(self) -> str:
         """The graph's config.pbtxt naming the runtime (parameter `runtime`, which the backend opens) and a summary
         of the timings (`runtime_timings`, which GET /models shows); its comment header kept."""
         header, config = self.folder.read_config()
-        config.parameters["runtime"].string_value = self.runtime.value
-        config.parameters["runtime_timings"].string_value = json.dumps(
-            {"chosen_by": self.chosen_by, "cpu": self.timings.cpu, "threads": self.timings.threads,
-             "total_ms": self.timings.totals(), "grown_mib": self.timings.grown_mib,
-             "milliseconds": self.timings.milliseconds.get(self.runtime.value, {})}
-        )  # fmt: skip
+        self.runtime_record().write_into(config.parameters)
         return "\n".join(header) + "\n\n" + text_format.MessageToString(config)
 
 

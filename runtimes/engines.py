@@ -91,6 +91,8 @@ _LIBRARIES = {
 RECORD = "runtime.json"
 """The timings of a graph's runtimes on the machine that last timed them, beside its config.pbtxt
 (runtimes.choice); a new export of the graph removes them."""
+RUNTIME_PARAMETER = "runtime"
+"""The config parameter naming the runtime a backend opens (runtimes/record.py writes it)."""
 
 
 SHARED_WEIGHTS = "model.weights"

@@ -24,7 +24,8 @@ from serving.fronts.native.protocol import (
     ScoreResponse,
     VectorsRequest,
 )
-from serving.triton.models import RuntimeRecord, ServedModel
+from runtimes.record import RuntimeRecord
+from serving.triton.models import ServedModel
 from serving.triton.registry import GraphState
 
 
