@@ -24,9 +24,8 @@ from serving.engine.inputs import (
     ScoreInput,
     SequencesInput,
 )
+from serving.fronts.bentoml.admin import AdminJSON, AdminNoInput
 from serving.fronts.bentoml.descriptors import (
-    AdminJSON,
-    AdminNoInput,
     JSONOutput,
     NdarrayOutput,
     NoInput,
