@@ -23,7 +23,8 @@ from serving.fronts.bionemo_grpc import servicers as bionemo_grpc
 from serving.fronts.dataframe import routes as dataframe_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
-from serving.metrics import MergeTritonMetrics
+from serving.fronts.bentoml.triton_metrics import MergeTritonMetrics
+from serving.startup.command_lines import triton_arguments
 from serving.startup.settings import current_settings
 from serving.triton.registry import ModelRegistry
 
@@ -34,7 +35,7 @@ triton = bentoml.triton.Runner(
     model_repository=settings.model_repository,
     # http binds tritonserver to 127.0.0.1 (grpc would bind 0.0.0.0).
     tritonserver_type="http",
-    cli_args=settings.triton_arguments(),
+    cli_args=triton_arguments(settings),
 )
 # The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
