@@ -209,7 +209,7 @@ class GraphSpec:
     The exporter writes such a graph's ONNX file alone."""
     arena: Arena = Arena.KEPT
     """What onnxruntime's CPU arena keeps between runs: a graph asked for now and then hands it back (SHRUNK), the
-    cached decoder, whose shapes never recur, runs without one (OFF)."""
+    incremental decoder, whose shapes never recur, runs without one (OFF)."""
     backend: Backend = Backend.STATELESS_GRAPH
     parts: tuple[OnnxGraph, ...] = ()
     """The ONNX files a stateful backend chains; a stateless graph is one file with its Triton tensors."""

@@ -28,7 +28,7 @@ from exporter.exportable import (
     encoder_only,
     hidden_layers,
 )
-from exporter.incremental_decoder import CachedDecoder, seq2seq_sizes
+from exporter.incremental_decoder import IncrementalDecoder, seq2seq_sizes
 from exporter.nemo import NEMO_SUFFIX, load_nemo
 from model_catalog import Architecture, GraphRole, ModelDescription
 from preprocessing import tokenizer_for
@@ -153,7 +153,7 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
         check_token_ids(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
     model, _ = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
-        graphs={**encoder_graphs(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)},
+        graphs={**encoder_graphs(model.get_encoder()), GraphRole.DECODER: IncrementalDecoder(model)},
         sizes=seq2seq_sizes(config) | hidden_layers(config),
         max_positions=config.max_position_embeddings,
     )

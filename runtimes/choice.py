@@ -226,7 +226,7 @@ def token_batches(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
 
 
 def decoder_generations(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
-    """Whole generations of the cached decoder, as serving runs them: the cross-attention of random sources, then
+    """Whole generations of the incremental decoder, as serving runs them: the cross-attention of random sources, then
     GENERATED_TOKENS steps, each appending its keys and values to caches that double as the backend's do
     (runtimes/backends/stateful_decoder.py). Each run's sources are one token narrower than the last run's, so
     every run meets cache shapes new to the runtime, as serving's ever-different molecules do: a runtime that
@@ -440,7 +440,7 @@ def choose_runtimes(
     """The runtime each timed graph of `models` (None: every model) in `repository` runs on this machine, timed where
     the record beside its config (runtime.json) does not hold for this machine, the new timings recorded there.
     `forced` (catalog name -> runtime) overrides the measurement for each of the model's graphs that has the runtime
-    (the cached decoder has no fused-attention file: its attention is its own); a runtime none of them has is a
+    (the incremental decoder has no fused-attention file: its attention is its own); a runtime none of them has is a
     RuntimeChoiceError. Returns the choice for each Triton model; no config is written."""
     timed = []
     for folder in graph_folders(repository, models):

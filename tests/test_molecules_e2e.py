@@ -156,7 +156,7 @@ def test_generate_decodes_seeded_noisy_latents_like_transformers(
 def test_beam_search_forks_cached_rows_like_decoding_whole_prefixes(
     service: RunningService, reference: TransformersReference
 ) -> None:
-    """Beam search over the key-value-cached decoder (hypotheses fork their parents' caches) gives what the same
+    """Beam search over the key-value-incremental decoder (hypotheses fork their parents' caches) gives what the same
     search gives over transformers' logits of whole prefixes, recomputed at every step."""
     seeds, samples, radius, steps, beams = [SMILES[0], SMILES[3]], 2, 100.0, 16, 3
     body = {"smiles": seeds, "num_samples": samples, "seed": 9, "scaled_radius": radius, "max_length": steps,

@@ -31,7 +31,7 @@ from exporter.architectures import load_for_export
 from exporter.errors import CheckpointError
 from exporter.exportable import EncoderGraph
 from exporter.graph_inputs import cross_attention_inputs, decoder_step_inputs
-from exporter.incremental_decoder import CachedDecoder
+from exporter.incremental_decoder import IncrementalDecoder
 from model_catalog import MODELS, GraphRole
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
@@ -170,11 +170,11 @@ def regex_tokenizer() -> dict[str, object]:
     return {"library": "regex", "type": None, "merge_file": None} | {key: f"nemo:{m}" for key, m in files.items()}
 
 
-def assert_decoders_agree(loaded: CachedDecoder, original: MBartForConditionalGeneration) -> None:
-    """Both parts of the cached decoder: cross-attention keys and values, and the next token's logits and keys and
+def assert_decoders_agree(loaded: IncrementalDecoder, original: MBartForConditionalGeneration) -> None:
+    """Both parts of the incremental decoder: cross-attention keys and values, and the next token's logits and keys and
     values after 0 and 12 cached tokens, on padded batches of mixed lengths."""
     description, rng = MODELS["megamolbart"], np.random.default_rng(4)
-    reference = {GraphRole.ENCODER: EncoderGraph(original.get_encoder()), GraphRole.DECODER: CachedDecoder(original)}
+    reference = {GraphRole.ENCODER: EncoderGraph(original.get_encoder()), GraphRole.DECODER: IncrementalDecoder(original)}
     for lengths, decoded in (([1, 9, 60], 0), ([30, 5], 12)):
         cross = cross_attention_inputs(description, reference, lengths, rng).feeds["encoder_hidden_states"]
         step = decoder_step_inputs(description, reference, lengths, decoded, rng).feeds

@@ -21,7 +21,7 @@ from support.paths import DEFAULT_REPOSITORY
 from support.reference import TransformersReference
 from support.repositories import build_repository
 from support.service import RunningService, start_launcher, stop_service
-from test_cached_decoder import DECODER_RUNTIMES
+from support.runtimes import DECODER_RUNTIMES
 from test_molecules_e2e import greedy_reference
 from test_service_e2e import TOLERANCE, mixed_sequences
 
