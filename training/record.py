@@ -21,6 +21,8 @@ RECORD_FILE = "training.json"
 LOSS_POINTS = 200
 """At most this many loss points are kept: past it every other one is dropped, so a long run's curve stays short."""
 REPOSITORY = Path(__file__).resolve().parent.parent
+RUN_CODE = ("training", "preprocessing", "exporter", "model_catalog.py")
+"""What a run's weights depend on: the trainer, the tokenizer and vocabulary, the exporter's MBart config."""
 
 
 def now() -> str:
@@ -39,7 +41,8 @@ def cpu_model() -> str:
 
 
 def git_commit() -> dict[str, Any]:
-    """The commit the training code ran at, and whether tracked files differed from it."""
+    """The commit the training code ran at, and whether the code a run depends on differed from it (a change, or a
+    file git does not track yet: either way the commit alone does not say what ran)."""
 
     def git(*arguments: str) -> str | None:
         try:
@@ -50,7 +53,7 @@ def git_commit() -> dict[str, Any]:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--", *RUN_CODE)
     return {"commit": git("rev-parse", "HEAD"), "modified": None if status is None else bool(status)}
 
 
