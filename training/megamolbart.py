@@ -278,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     elif arguments.resume or not training:
         raise SystemExit(f"{folder}: no run to resume, evaluate or export (start one with --steps or --minutes)")
     else:
-        recipe = Recipe(**changes)
+        try:
+            recipe = Recipe(**changes)
+        except ValueError as error:
+            raise SystemExit(f"recipe: {error}") from error
         run = Run(folder, recipe, data_for(recipe), arguments.device)
     if training:
         workers = (
