@@ -27,12 +27,14 @@ export HF_HUB_OFFLINE := 1
 install: $(INSTALLED) $(TRITON_READY)
 
 # torch first, by itself: `torch==2.13.0` alone takes the local CPU wheel.
-# Triton Model Navigator without its GPU-only requirements (see requirements/navigator-cpu.txt).
-$(INSTALLED): pyproject.toml requirements/navigator-cpu.txt
+# Triton Model Navigator without its GPU-only requirements (see requirements/navigator-cpu.txt); MOSES's data files
+# without its unbuildable pins (requirements/moses-data.txt).
+$(INSTALLED): pyproject.toml requirements/navigator-cpu.txt requirements/moses-data.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0 numpy==1.26.4
 	$(BIN)/pip install --quiet -e '.[cpu,export,local-triton,test]'
 	$(BIN)/pip install --quiet --no-deps -r requirements/navigator-cpu.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements/moses-data.txt
 	touch $@
 
 $(TRITON_READY): $(INSTALLED) $(wildcard tritonserver_setup/*.py)

@@ -4,7 +4,6 @@ folder the exporter loads, and reads no test split."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -24,9 +23,6 @@ from training.denoising import IGNORED_LABEL, Noising, batch_seed, make_batch
 from training.recipe import Recipe
 from training.run_state import load_run
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("moses") is None, reason="MOSES data: pip install --no-deps molsets==0.3.1"
-)
 TOKENIZER = SmilesTokenizer(MODELS["megamolbart"].max_length)
 STEPS = 20
 TINY_RUN = [
