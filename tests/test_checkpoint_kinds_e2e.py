@@ -19,7 +19,6 @@ import requests
 import torch
 from support.service import RunningService, start_launcher, stop_service
 from support.reference import TransformersReference
-from test_huggingface_checkpoints import esm_checkpoint, t5_checkpoint
 from test_nemo_checkpoints import hf_model as esm_nemo_source
 from test_nemo_checkpoints import megatron_config as esm_megatron_config
 from test_nemo_checkpoints import megatron_state_dict as esm_megatron_state_dict

@@ -20,8 +20,8 @@ import requests
 import tritonclient.http
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.dashboards import dashboard_queries, metric_names
 from support.service import RunningService, start_launcher, stop_service
-from test_deploy_manifests import dashboard_queries, metric_names
 
 pytestmark = pytest.mark.e2e
 

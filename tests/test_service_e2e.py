@@ -13,24 +13,17 @@ from transformers import AutoConfig
 from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, TokenizerKind
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support.paths import CHECKPOINTS
-from support.reference import TransformersReference
+from support.reference import TOLERANCE, TransformersReference, mixed_sequences
 from support.service import RunningService
 
 pytestmark = pytest.mark.e2e
 
 PROTEIN_MODELS = [name for name, d in MODELS.items() if d.tokenizer is not TokenizerKind.SMILES]
-TOLERANCE = 1e-4
 
 
 def random_sequences(count: int, seed: int, longest: int = 400) -> list[str]:
     rng = np.random.default_rng(seed)
     return ["".join(rng.choice(list(STANDARD_RESIDUES), size=int(rng.integers(1, longest)))) for _ in range(count)]
-
-
-def mixed_sequences(model: str) -> list[str]:
-    """Lengths from 1 to the model's limit, lower case and rare residues, all in one request."""
-    limit = MODELS[model].max_length
-    return ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * limit, "XBUZOWC"]
 
 
 @pytest.fixture(scope="module", params=PROTEIN_MODELS)

@@ -5,6 +5,7 @@
 limits) on a stand-in for the BentoML service that keeps each route's descriptors and handler. A request goes the way
 BentoML hands it on: the input descriptor's `from_http_request` (media type, size, validation), the endpoint
 (admission, a `ServiceError` answered), and the output descriptor's `to_http_response` (status, headers, body).
+`assert_rejected` holds an answer to the service's one error shape.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from serving.engine.engine import Engine
 from serving.engine.limits import RequestLimits
 from serving.engine.scheduler import Scheduler
+from serving.errors import ERROR_TYPES, HTTP_STATUS
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.dataframe import routes as dataframe_api
@@ -40,6 +42,8 @@ from support.fake_runner import FakeRunner
 
 
 _ANSWERING: ContextVar[Request] = ContextVar("answering")
+STATUS_OF_TYPE = {name: int(HTTP_STATUS[error]) for error, name in ERROR_TYPES.items()}
+"""Each error type's HTTP status (serving/errors.py's table): what an error's `type` must agree with."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,16 @@ class Answer:
     def error(self) -> dict[str, Any]:
         """The service's error: {"type", "message", "details": [{"field", "message"}]}."""
         return self.json()["error"]
+
+
+def assert_rejected(answer: Answer, status: int, field: str, message: str) -> dict[str, Any]:
+    """`answer` is a `status` whose error names `field` with `message` in its reason; the error, to check further."""
+    assert answer.status == status, answer.body
+    error = answer.error
+    assert STATUS_OF_TYPE[error["type"]] == status  # the status is its type's, serving/errors.py's table
+    assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
+    assert any(d["field"] == field and message in d["message"] for d in error["details"]), error
+    return error
 
 
 def engine_over(
