@@ -16,7 +16,7 @@ PRECISION_ASKED := $(REPOSITORY)/.precision
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_39
 EXPORT_SOURCES := model_catalog.py \
-	$(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py runtimes/*.py runtimes/*/*.py)
+	$(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py runtimes/*.py runtimes/*/*.py weights/*/*)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)

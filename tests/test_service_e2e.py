@@ -10,7 +10,7 @@ import pytest
 import requests
 from transformers import AutoConfig
 
-from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, TokenizerKind
+from model_catalog import MODELS, TokenizerKind
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support.paths import CHECKPOINTS
 from support.reference import TOLERANCE, TransformersReference, mixed_sequences
@@ -144,7 +144,7 @@ def test_models_lists_every_served_model(service: RunningService) -> None:
         assert info["capabilities"] == sorted(c.value for c in description.capabilities)
         assert info["tokenizer"] == description.tokenizer.value
         assert info["hidden_size"] == AutoConfig.from_pretrained(CHECKPOINTS / name).hidden_size
-        assert info["weights"] == RANDOM_INIT_WEIGHTS  # `make models` exports the random-init defaults
+        assert info["weights"] == description.default_weights  # `make models` exports the defaults: where they came from
 
 
 def test_openapi_documents_every_endpoint(service: RunningService) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 import pytest
 
 from benchmarks.spark_throughput import job_processes, run_job

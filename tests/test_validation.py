@@ -13,7 +13,7 @@ import pytest
 
 from model_catalog import MODELS
 from support.fake_runner import checkpoint_sizes
-from support.in_process import STATUS_OF_TYPE, Answer, InProcessService, assert_rejected
+from support.in_process import STATUS_OF_TYPE, InProcessService, assert_rejected
 
 ESM2_LIMIT = MODELS["esm2nv"].max_length
 ESM2_LAYERS = checkpoint_sizes(MODELS["esm2nv"])["hidden_layers"]

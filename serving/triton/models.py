@@ -134,11 +134,12 @@ class ServedModel:
     @property
     def weights(self) -> str | None:
         """Where the served weights came from, from its first graph's config (the encoder's; a model's graphs are
-        exported together): `random-init default`, `checkpoint: <name>`, or None where the config records nothing."""
+        exported together): the default's own record (`random-init default`, or weights trained here and their card),
+        `checkpoint: <name>`, or None where the config records nothing."""
         checkpoint = next(iter(self.graphs.values())).checkpoint()
         if checkpoint is None:
             return None
-        return RANDOM_INIT_WEIGHTS if checkpoint == RANDOM_INIT_WEIGHTS else f"checkpoint: {checkpoint}"
+        return checkpoint if checkpoint in (RANDOM_INIT_WEIGHTS, self.description.default_weights) else f"checkpoint: {checkpoint}"
 
     def graph(self, role: GraphRole) -> TritonGraph:
         return self.graphs[role]
