@@ -1,6 +1,6 @@
 """/logits and /score on the real stack, held to transformers' EsmForMaskedLM with the same weights.
 
-The reference (tests/reference.py) runs one sequence at a time without padding,
+The reference (tests/support/reference.py) runs one sequence at a time without padding,
 masks with transformers' own tokenizer and computes each scoring method in a
 loop of its own; nothing is shared with the service's code path.
 """

@@ -27,7 +27,8 @@ def dashboard_queries() -> list[str]:
 
 
 def metric_names(query: str) -> set[str]:
-    """The metric names a PromQL query (or a Grafana `label_values(metric, label)`) selects; parsed, not pattern-matched."""
+    """The metric names a PromQL query (or a Grafana `label_values(metric, label)`) selects; parsed, not
+    pattern-matched."""
     if label_values := re.fullmatch(r"label_values\((\w+), *\w+\)", query):
         return {label_values[1]}
     names: set[str] = set()

@@ -55,9 +55,10 @@ def esm_checkpoint(
 def write_spiece_model(path: Path, pieces: tuple[str, ...]) -> None:
     """A sentencepiece model file with `pieces` in id order: <pad>, </s> control, <unk> unknown, the residues."""
     model = ModelProto()
-    kinds = {0: ModelProto.SentencePiece.CONTROL, 1: ModelProto.SentencePiece.CONTROL, 2: ModelProto.SentencePiece.UNKNOWN}
+    kind = ModelProto.SentencePiece
+    kinds = {0: kind.CONTROL, 1: kind.CONTROL, 2: kind.UNKNOWN}
     for token_id, piece in enumerate(pieces):
-        model.pieces.add(piece=piece, score=0.0, type=kinds.get(token_id, ModelProto.SentencePiece.NORMAL))
+        model.pieces.add(piece=piece, score=0.0, type=kinds.get(token_id, kind.NORMAL))
     path.write_bytes(model.SerializeToString())
 
 
