@@ -16,7 +16,7 @@ PRECISION_ASKED := $(REPOSITORY)/.precision
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_39
 EXPORT_SOURCES := model_catalog.py \
-	$(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py runtimes/*.py runtimes/*/*.py)
+	$(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py runtimes/*.py runtimes/*/*.py weights/*/*)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -27,12 +27,14 @@ export HF_HUB_OFFLINE := 1
 install: $(INSTALLED) $(TRITON_READY)
 
 # torch first, by itself: `torch==2.13.0` alone takes the local CPU wheel.
-# Triton Model Navigator without its GPU-only requirements (see requirements/navigator-cpu.txt).
-$(INSTALLED): pyproject.toml requirements/navigator-cpu.txt
+# Triton Model Navigator without its GPU-only requirements (see requirements/navigator-cpu.txt); MOSES's data files
+# without its unbuildable pins (requirements/moses-data.txt).
+$(INSTALLED): pyproject.toml requirements/navigator-cpu.txt requirements/moses-data.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0 numpy==1.26.4
 	$(BIN)/pip install --quiet -e '.[cpu,export,local-triton,test]'
 	$(BIN)/pip install --quiet --no-deps -r requirements/navigator-cpu.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements/moses-data.txt
 	touch $@
 
 $(TRITON_READY): $(INSTALLED) $(wildcard tritonserver_setup/*.py)
@@ -97,8 +99,9 @@ test: install models $(CONTAINER_ENGINE_READY) $(JAVA_READY) test-client
 	$(MAKE) --no-print-directory audit
 
 # The fast layer, in under 2 minutes: every test but the e2e ones (the real service, the exporter, runtime timings, the
-# default export) and the image's (pyproject.toml's markers). It needs no model export and no container engine.
-test-fast: install test-client
+# default export) and the image's (pyproject.toml's markers). It needs no model export, no container engine and no
+# tritonserver: the packages alone, not `install`'s check that tritonserver starts.
+test-fast: $(INSTALLED) test-client
 	$(BIN)/python -m pytest -m "not e2e and not container"
 
 # Every target's image pins (container/requirements-*.lock) against OSV's advisories, with pip-audit: exit 1 on a
@@ -110,7 +113,8 @@ AUDIT_OSV_URL ?= https://api.osv.dev/v1/query
 audit: $(INSTALLED)
 	$(BIN)/python -m tools.dependency_audit --osv-url $(AUDIT_OSV_URL)
 
-# Not part of `make test`: five servers of the same esm2nv weights measured in turn (a few minutes by default),
+# Not part of `make test`: five servers of the same esm2nv weights measured in turn, then the client files, Spark and
+# the overload step (about 45 minutes on 2 cores with these defaults),
 # then this CPU's report written anew: docs/benchmarks-<cpu>.md and its .png (e.g. benchmarks-amd-epyc.md). Longer:
 # `make bench BENCH_SECONDS=60`.
 BENCH_READY := $(VENV)/.bench-installed
@@ -170,10 +174,12 @@ else
 endif
 
 # How cost grows with the model and the protein: /embed tokens/s and a scan's time, esm2nv served at 8M (the
-# defaults) and at each size `make bench MODEL_SIZE=...` has exported, for proteins of 100, 300 and 1,000 residues
-# (benchmarks/growth.py).
+# defaults) and at each size `make bench MODEL_SIZE=...` has exported, for proteins of 100, 300 and 1,000 residues,
+# each load BENCH_GROWTH_SECONDS long (benchmarks/growth.py).
+BENCH_GROWTH_SECONDS ?= 20
+
 bench-growth: install models $(BENCH_READY)
-	$(BIN)/python -m benchmarks.growth 8M=$(REPOSITORY) \
+	$(BIN)/python -m benchmarks.growth --seconds $(BENCH_GROWTH_SECONDS) 8M=$(REPOSITORY) \
 		$(foreach size,150M 650M,$(if $(wildcard model_repository-$(size)/esm2nv),$(size)=model_repository-$(size)))
 
 # Not part of `make test`: minutes of mixed /embed, /generate and head-graph (/logits, /score, /contacts, layers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from runtimes.engines import Arena
@@ -209,7 +210,7 @@ class GraphSpec:
     The exporter writes such a graph's ONNX file alone."""
     arena: Arena = Arena.KEPT
     """What onnxruntime's CPU arena keeps between runs: a graph asked for now and then hands it back (SHRUNK), the
-    cached decoder, whose shapes never recur, runs without one (OFF)."""
+    incremental decoder, whose shapes never recur, runs without one (OFF)."""
     backend: Backend = Backend.STATELESS_GRAPH
     parts: tuple[OnnxGraph, ...] = ()
     """The ONNX files a stateful backend chains; a stateless graph is one file with its Triton tensors."""
@@ -340,6 +341,29 @@ PROTEIN_LANGUAGE_MODEL = (ENCODER, LANGUAGE_MODEL, LAYERS, CONTACTS)
 """ESM's graphs: a checkpoint without its masked-LM head (a bare EsmModel) is served without the language model."""
 
 
+PROJECT_ROOT = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class TrainedDefault:
+    """Weights trained in this project and shipped in it: `python -m exporter defaults` exports them as the model's
+    default instead of random-init ones."""
+
+    folder: str
+    """The checkpoint folder, from the project root, with its MODEL_CARD.md and training.json."""
+    origin: str
+    """How they were made, as GET /models says it."""
+
+    @property
+    def path(self) -> Path:
+        return PROJECT_ROOT / self.folder
+
+    @property
+    def weights(self) -> str:
+        """The export's record of them (config parameter `checkpoint`), naming their card."""
+        return f"{self.origin} ({self.folder}/MODEL_CARD.md)"
+
+
 @dataclass(frozen=True)
 class ModelDescription:
     """Name, architecture, tokenizer, limits and Triton graphs (which give its capabilities) of one model."""
@@ -350,7 +374,7 @@ class ModelDescription:
     max_length: int
     """Most residues (proteins) or SMILES tokens one input may have."""
     default_checkpoint_config: dict[str, Any]
-    """The sizes of the small random-init default checkpoint (`python -m exporter defaults`): no trained weights ship."""
+    """The sizes of the default checkpoint (`python -m exporter defaults`): random-init unless `trained_default`."""
     graphs: tuple[GraphSpec, ...] = (ENCODER,)
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     summary: str = ""
@@ -361,12 +385,19 @@ class ModelDescription:
     published_sizes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The shapes of the published checkpoints users serve, by size ("150M"): `make bench MODEL_SIZE=150M` exports a
     random-init checkpoint of that shape (no trained weights can be had here; speed does not depend on the values)."""
+    trained_default: TrainedDefault | None = None
+    """Weights trained here that the defaults export; None: a random-init checkpoint of `default_checkpoint_config`."""
 
     def at_size(self, size: str) -> "ModelDescription":
         """This model with its default checkpoint at a published shape (`published_sizes`)."""
         if size not in self.published_sizes:
             raise KeyError(f"{self.name} has no published size {size!r}; known: {', '.join(self.published_sizes)}")
-        return replace(self, default_checkpoint_config=self.published_sizes[size])
+        return replace(self, default_checkpoint_config=self.published_sizes[size], trained_default=None)
+
+    @property
+    def default_weights(self) -> str:
+        """What the export of its default checkpoint records as the weights' origin (config parameter `checkpoint`)."""
+        return self.trained_default.weights if self.trained_default else RANDOM_INIT_WEIGHTS
 
     @property
     def capabilities(self) -> frozenset[Capability]:

@@ -24,7 +24,8 @@ from serving.fronts.dataframe import routes as dataframe_api
 from serving.fronts.molmim import routes as molmim_api
 from serving.fronts.native import routes as native_api
 from serving.fronts.openai import routes as openai_api
-from serving.metrics import MergeTritonMetrics
+from serving.fronts.bentoml.triton_metrics import MergeTritonMetrics
+from serving.startup.command_lines import triton_arguments
 from serving.startup.settings import current_settings
 from serving.triton.registry import ModelRegistry
 
@@ -35,7 +36,7 @@ triton = bentoml.triton.Runner(
     model_repository=settings.model_repository,
     # http binds tritonserver to 127.0.0.1 (grpc would bind 0.0.0.0).
     tritonserver_type="http",
-    cli_args=settings.triton_arguments(),
+    cli_args=triton_arguments(settings),
 )
 # The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
@@ -45,7 +46,9 @@ svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed
 svc.add_asgi_middleware(ServesSchemaJSON, service=svc)  # GET /schema.json, for bentoml.SyncHTTPClient/AsyncHTTPClient
 admission = Admission(settings.max_in_flight, settings.request_timeout_s, http_request=lambda: svc.context.request)
 registry = ModelRegistry(triton)
-limits = RequestLimits(settings.max_sequences_per_request, settings.max_score_passes, settings.request_timeout_s)
+limits = RequestLimits(
+    settings.max_sequences_per_request, settings.max_score_passes, settings.max_request_bytes, settings.request_timeout_s
+)
 engine = Engine(triton, registry, limits, Scheduler(settings.max_running, settings.request_timeout_s))
 
 endpoint = Endpoints(svc, admission)
@@ -55,5 +58,5 @@ molmim_api.mount(endpoint, engine, settings.max_request_bytes)  # MolMIM's NIM A
 dataframe_api.mount(endpoint, engine, settings.max_request_bytes)  # tables: bentoml.batch.run_in_spark
 # The admin endpoints exist only when BIONEMO_ADMIN_TOKEN is set, and answer 401 without it.
 if settings.admin_token is not None:
-    native_api.mount_admin(endpoint, registry, settings.admin_token, settings.max_request_bytes)
+    native_api.mount_admin(endpoint, registry, limits, settings.admin_token)
 bionemo_grpc.mount(svc, engine, admission, settings.esm1nv_grpc_model)  # BioNeMo 1.x's gRPC services

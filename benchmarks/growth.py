@@ -49,7 +49,7 @@ def scan_cost(url: str, length: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("repositories", nargs="+", help="SIZE=REPOSITORY, in the order to run")
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="each length's load (make bench-growth's)")
     args = parser.parse_args(argv)
     rows = []
     for given in args.repositories:

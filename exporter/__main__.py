@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # checkpoints are local folders; n
 
 import transformers  # noqa: E402
 
-from exporter.architectures import create_default_checkpoint  # noqa: E402
+from exporter.architectures import copy_trained_default, create_default_checkpoint  # noqa: E402
 from exporter.errors import ExportError  # noqa: E402
 from exporter.pipeline import Optimizer, export_model  # noqa: E402
 from exporter.progress import PrintedProgress  # noqa: E402
@@ -117,7 +117,8 @@ def _written_by_others(description: ModelDescription, repository: Path) -> str:
     others = []
     for graph in description.graphs:
         model_dir = repository / description.triton_name(graph.role)
-        if (model_dir / "1").is_dir() and (source := recorded_checkpoint(model_dir, 1)) != RANDOM_INIT_WEIGHTS:
+        source = recorded_checkpoint(model_dir, 1) if (model_dir / "1").is_dir() else RANDOM_INIT_WEIGHTS
+        if source not in (RANDOM_INIT_WEIGHTS, description.default_weights):
             others.append(f"{model_dir / '1'} (from {source or 'a checkpoint its config does not name'})")
     return f"version 1 was exported from a user's checkpoint: {', '.join(others)}" if others else ""
 
@@ -148,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models:
             description = MODELS[name].at_size(args.size) if args.size else MODELS[name]
             checkpoint = args.checkpoints / (f"{name}-{args.size}" if args.size else name)
-            if not (checkpoint / "config.json").is_file():
+            if description.trained_default is not None:
+                if copy_trained_default(description.trained_default, checkpoint):
+                    print(f"{name}: copied the weights trained here, {description.trained_default.folder}, to {checkpoint}")
+            elif not (checkpoint / "config.json").is_file():
                 create_default_checkpoint(description, checkpoint)
                 print(f"{name}: created random-init checkpoint {checkpoint}")
             versions = [args.repository / description.triton_name(g.role) / "1" for g in description.graphs]
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: {others}; not exported over (delete it, or export the defaults elsewhere)")
             elif args.force or not all(version.is_dir() for version in versions):
                 report = export_model(
-                    description, checkpoint, args.repository, progress=progress, weights=RANDOM_INIT_WEIGHTS,
+                    description, checkpoint, args.repository, progress=progress, weights=description.default_weights,
                     precision=args.precision,
                 )  # fmt: skip
                 print(report.summary())

@@ -7,6 +7,8 @@ a user's own checkpoint takes exactly the same path.
 
 from __future__ import annotations
 
+import filecmp
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,9 +30,9 @@ from exporter.exportable import (
     encoder_only,
     hidden_layers,
 )
-from exporter.incremental_decoder import CachedDecoder, seq2seq_sizes
+from exporter.incremental_decoder import IncrementalDecoder, seq2seq_sizes
 from exporter.nemo import NEMO_SUFFIX, load_nemo
-from model_catalog import Architecture, GraphRole, ModelDescription
+from model_catalog import Architecture, GraphRole, ModelDescription, TrainedDefault
 from preprocessing import tokenizer_for
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
 from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
@@ -153,7 +155,7 @@ def _load_mbart(description: ModelDescription, folder: Path) -> ExportableModel:
         check_token_ids(folder / VOCABULARY_FILE.name, vocabulary, MEGAMOLBART_TOKENS)
     model, _ = _from_pretrained(MBartForConditionalGeneration, folder, attn_implementation="eager")
     return ExportableModel(
-        graphs={**encoder_graphs(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)},
+        graphs={**encoder_graphs(model.get_encoder()), GraphRole.DECODER: IncrementalDecoder(model)},
         sizes=seq2seq_sizes(config) | hidden_layers(config),
         max_positions=config.max_position_embeddings,
     )
@@ -207,6 +209,22 @@ def create_default_checkpoint(description: ModelDescription, folder: Path, seed:
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     _FAMILIES[description.architecture].create(description, folder)
+
+
+def copy_trained_default(trained: TrainedDefault, folder: Path) -> bool:
+    """Make `folder` the shipped checkpoint `trained` names, file for file (a random-init one there before is
+    replaced): the folder the defaults are exported from and the tests' transformers reference loads. Whether any file
+    changed."""
+    if not (trained.path / "config.json").is_file():
+        raise CheckpointError(f"{trained.path}: the trained default the catalog names is missing")
+    folder.mkdir(parents=True, exist_ok=True)
+    changed = False
+    for source in sorted(trained.path.iterdir()):
+        target = folder / source.name
+        if source.is_file() and not (target.is_file() and filecmp.cmp(source, target, shallow=False)):
+            shutil.copyfile(source, target)
+            changed = True
+    return changed
 
 
 def load_for_export(description: ModelDescription, folder: Path, attention: str | None = None) -> ExportableModel:

@@ -85,7 +85,7 @@ def decoder_step_inputs(
     decoded: int,
     rng: np.random.Generator,
 ) -> GraphInputs:
-    """A cached decoder step after `decoded` tokens or fewer, against the torch encoder's states of a padded batch.
+    """A incremental decoder step after `decoded` tokens or fewer, against the torch encoder's states of a padded batch.
 
     Every other row has decoded 0 to `decoded` tokens (its cache right-padded), as rows have when requests that
     started at different steps share a call; the cached keys and values are random, the cross-attention's real.

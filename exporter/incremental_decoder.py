@@ -7,7 +7,7 @@ the step's cache inputs by name: runtimes/step_caches.py):
 
 - `CrossKeyValues`: encoder states -> the cross-attention keys and values of
   every layer, once per source.
-- `CachedDecoderStep`: the newest token, its position and the caches -> its
+- `IncrementalDecoderStep`: the newest token, its position and the caches -> its
   logits and its own self-attention keys and values, which the caller appends.
 
 Both reuse the submodules (and so the weights) of transformers' MBart, whatever
@@ -56,7 +56,7 @@ class CrossKeyValues(torch.nn.Module):
         return torch.stack(layers, dim=1)
 
 
-class CachedDecoderStep(torch.nn.Module):
+class IncrementalDecoderStep(torch.nn.Module):
     """(token [batch], position [batch], self_mask, encoder_mask, *layer caches) -> (logits, token_kv).
 
     The caches are, in this order, every layer's self-attention keys, then
@@ -122,10 +122,10 @@ def seq2seq_sizes(config: Any) -> dict[str, int]:
     }
 
 
-class CachedDecoder(torch.nn.Module):
+class IncrementalDecoder(torch.nn.Module):
     """The `decoder` graph's two parts, named as model_catalog.DECODER's ONNX graphs."""
 
     def __init__(self, seq2seq: torch.nn.Module) -> None:
         super().__init__()
         self.cross_attention = CrossKeyValues(seq2seq)
-        self.step = CachedDecoderStep(seq2seq)
+        self.step = IncrementalDecoderStep(seq2seq)

@@ -3,7 +3,7 @@
 The ONNX files are the same for every target: `config.pbtxt` (cpu) runs them in
 the python backend with onnxruntime, `configs/gpu.pbtxt` and `configs/gpu-tensorrt.pbtxt`
 a stateless graph in Triton's native onnxruntime backend, picked by `--model-config-name`.
-A stateful graph (the cached decoder) keeps the python backend everywhere, in one
+A stateful graph (the incremental decoder) keeps the python backend everywhere, in one
 instance with every thread the description gives its model, and no Triton batching:
 its rows are batched by the service.
 """

@@ -44,6 +44,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from runtimes.engines import RECORD, Arena, Engine, FreedMemory, Runtime, open_engine, weights_mapped
+from runtimes.record import RuntimeRecord
 from runtimes.step_caches import layer_caches
 
 MODEL_PARAMETER = "catalog_model"
@@ -225,7 +226,7 @@ def token_batches(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
 
 
 def decoder_generations(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
-    """Whole generations of the cached decoder, as serving runs them: the cross-attention of random sources, then
+    """Whole generations of the incremental decoder, as serving runs them: the cross-attention of random sources, then
     GENERATED_TOKENS steps, each appending its keys and values to caches that double as the backend's do
     (runtimes/backends/stateful_decoder.py). Each run's sources are one token narrower than the last run's, so
     every run meets cache shapes new to the runtime, as serving's ever-different molecules do: a runtime that
@@ -395,16 +396,18 @@ class Choice:
     chosen_by: str
     """`measurement` or `BIONEMO_RUNTIME`."""
 
+    def runtime_record(self) -> RuntimeRecord:
+        """The choice as the config records it."""
+        return RuntimeRecord(
+            self.folder.path.name, self.runtime.value, self.chosen_by, self.timings.cpu, self.timings.threads,
+            self.timings.totals(), self.timings.grown_mib, self.timings.milliseconds.get(self.runtime.value, {}),
+        )  # fmt: skip
+
     def config_text(self) -> str:
         """The graph's config.pbtxt naming the runtime (parameter `runtime`, which the backend opens) and a summary
         of the timings (`runtime_timings`, which GET /models shows); its comment header kept."""
         header, config = self.folder.read_config()
-        config.parameters["runtime"].string_value = self.runtime.value
-        config.parameters["runtime_timings"].string_value = json.dumps(
-            {"chosen_by": self.chosen_by, "cpu": self.timings.cpu, "threads": self.timings.threads,
-             "total_ms": self.timings.totals(), "grown_mib": self.timings.grown_mib,
-             "milliseconds": self.timings.milliseconds.get(self.runtime.value, {})}
-        )  # fmt: skip
+        self.runtime_record().write_into(config.parameters)
         return "\n".join(header) + "\n\n" + text_format.MessageToString(config)
 
 
@@ -437,7 +440,7 @@ def choose_runtimes(
     """The runtime each timed graph of `models` (None: every model) in `repository` runs on this machine, timed where
     the record beside its config (runtime.json) does not hold for this machine, the new timings recorded there.
     `forced` (catalog name -> runtime) overrides the measurement for each of the model's graphs that has the runtime
-    (the cached decoder has no fused-attention file: its attention is its own); a runtime none of them has is a
+    (the incremental decoder has no fused-attention file: its attention is its own); a runtime none of them has is a
     RuntimeChoiceError. Returns the choice for each Triton model; no config is written."""
     timed = []
     for folder in graph_folders(repository, models):

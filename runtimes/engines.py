@@ -91,6 +91,8 @@ _LIBRARIES = {
 RECORD = "runtime.json"
 """The timings of a graph's runtimes on the machine that last timed them, beside its config.pbtxt
 (runtimes.choice); a new export of the graph removes them."""
+RUNTIME_PARAMETER = "runtime"
+"""The config parameter naming the runtime a backend opens (runtimes/record.py writes it)."""
 
 
 SHARED_WEIGHTS = "model.weights"
@@ -231,7 +233,7 @@ class TorchScriptEngine:
 
 OPENVINO_SHAPE_CACHE = 16
 """Input shapes whose prepared kernels OpenVINO's CPU plugin keeps for a compiled model (`CPU_RUNTIME_CACHE_CAPACITY`,
-5000 by default). A dynamic graph meets a new shape at nearly every call (the cached decoder: rows, cache length and
+5000 by default). A dynamic graph meets a new shape at nearly every call (the incremental decoder: rows, cache length and
 source width all vary), and each kept entry held memory for good: MegaMolBART's decoder stub grew for as long as it
 served (`make soak`). esm2nv's encoder ran 200 batches of 21 widths x 8 batch sizes as fast with 16 as with 64
 (3,517-3,564 and 3,559-3,590 tokens/s, the same memory; AMD EPYC, docs/reliability.md)."""

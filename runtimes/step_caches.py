@@ -1,4 +1,4 @@
-"""The cached decoder step's per-layer cache inputs by name, in its order: numpy only, so that the runtime timings
+"""The incremental decoder step's per-layer cache inputs by name, in its order: numpy only, so that the runtime timings
 at start-up (runtimes.choice) lay them out as the exporter traced them, where torch is not installed."""
 
 from __future__ import annotations

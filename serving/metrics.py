@@ -2,7 +2,7 @@
 
 Every family of the service is defined here and recorded where the value is
 known: requests, statuses and latency where endpoints are registered
-(serving/fronts/bentoml/endpoints.py), sequences, tokens and padding in the engine's graph calls,
+(serving/fronts/bentoml/endpoints.py), sequences, tokens and padding per graph in the engine's graph calls,
 rows per decoder step in the decode batcher, requests in flight in admission,
 Triton look-ups in the model registry. So every front over the engine (REST,
 OpenAI's /v1, others) is counted the same way.
@@ -10,21 +10,18 @@ OpenAI's /v1, others) is counted the same way.
 BentoML answers GET /metrics from prometheus_client's multiprocess registry:
 each API worker writes its values to files under PROMETHEUS_MULTIPROC_DIR,
 set before the worker imports service.py, and a scrape adds them up over the
-workers. Triton's own families are fetched from its loopback metrics port by
-the worker that answers the scrape and appended to BentoML's answer, so they
-appear once per scrape whatever the number of workers.
+workers. Triton's own families are appended to that answer by
+serving/fronts/bentoml/triton_metrics.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
 from model_catalog import MODELS
@@ -54,19 +51,20 @@ QUEUED = Gauge(
     "Engine calls admitted and waiting for their turn to run (serving/engine/scheduler.py), over the API workers",
     multiprocess_mode="livesum",
 )
-ENCODER_SEQUENCES = Histogram(
-    "bionemo_encoder_request_sequences", "Sequences (or SMILES) one request sends to a model's encoder", ["model"],
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+GRAPH_SEQUENCES = Histogram(
+    "bionemo_graph_request_sequences",
+    "Sequences (or SMILES) one request sends to a graph of token rows (encoder, language_model, contacts, layers)",
+    ["model", "graph"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )  # fmt: skip
-ENCODER_TOKENS = Histogram(
-    "bionemo_encoder_request_tokens", "Tokens one request's sequences make, special tokens included, padding not",
-    ["model"], buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
+GRAPH_TOKENS = Histogram(
+    "bionemo_graph_request_tokens", "Tokens one request's sequences make, special tokens included, padding not",
+    ["model", "graph"], buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
 )  # fmt: skip
-ENCODER_BATCH_TOKENS = Counter(
-    "bionemo_encoder_batch_tokens", "Token positions sent to Triton's encoders, padding included", ["model"]
+GRAPH_BATCH_TOKENS = Counter(
+    "bionemo_graph_batch_tokens", "Token positions sent to a graph of token rows, padding included", ["model", "graph"]
 )
-ENCODER_PADDING_TOKENS = Counter(
-    "bionemo_encoder_padding_tokens", "Padding positions among those sent to Triton's encoders", ["model"]
+GRAPH_PADDING_TOKENS = Counter(
+    "bionemo_graph_padding_tokens", "Padding positions among those sent to a graph of token rows", ["model", "graph"]
 )
 DECODER_STEP_ROWS = Histogram(
     "bionemo_decoder_step_rows", "Rows (samples and beams of every request in flight) in one decoder step", ["model"],
@@ -76,8 +74,6 @@ MODEL_DISCOVERIES = Counter(
     "bionemo_model_discoveries", "Look-ups of the models Triton serves (at start, after a failed call, for GET /models)"
 )
 
-TRITON_FETCH_TIMEOUT_S = 0.5
-"""How long a scrape waits for Triton's metrics; past it the answer has the service's own and `up` 0."""
 
 
 def model_label(parsed: Any, default: str) -> str:
@@ -89,10 +85,10 @@ def model_label(parsed: Any, default: str) -> str:
 # The series of each label set, looked up once per worker: `labels()` costs ~2.5 us a call (a lock, a dict, its checks).
 _requests = functools.cache(REQUESTS.labels)
 _durations = functools.cache(REQUEST_DURATION.labels)
-_encoder_series = functools.cache(
-    lambda model: (
-        ENCODER_SEQUENCES.labels(model), ENCODER_TOKENS.labels(model),
-        ENCODER_BATCH_TOKENS.labels(model), ENCODER_PADDING_TOKENS.labels(model),
+_graph_series = functools.cache(
+    lambda model, graph: (
+        GRAPH_SEQUENCES.labels(model, graph), GRAPH_TOKENS.labels(model, graph),
+        GRAPH_BATCH_TOKENS.labels(model, graph), GRAPH_PADDING_TOKENS.labels(model, graph),
     )
 )  # fmt: skip
 
@@ -125,80 +121,12 @@ def counted(endpoint: str, model: str) -> Iterator[None]:
     record_request(endpoint, model, None, time.perf_counter() - started)
 
 
-def record_encoder_batches(model: str, tokens_per_row: list[int], positions_sent: int) -> None:
-    """One request's rows for `model`'s encoder: their real tokens, and the positions sent with the buckets' padding."""
+def record_token_rows(model: str, graph: str, tokens_per_row: list[int], positions_sent: int) -> None:
+    """One request's rows for `model`'s `graph` (its role: encoder, language_model, ...): their real tokens, and the
+    positions sent with the buckets' padding."""
     tokens = sum(tokens_per_row)
-    sequences, tokens_per_request, positions, padding = _encoder_series(model)
+    sequences, tokens_per_request, positions, padding = _graph_series(model, graph)
     sequences.observe(len(tokens_per_row))
     tokens_per_request.observe(tokens)
     positions.inc(positions_sent)
     padding.inc(positions_sent - tokens)
-
-
-def triton_gauges(up: bool, seconds: float) -> bytes:
-    """The families that say whether this scrape got Triton's metrics, and how long it waited for them."""
-    return (
-        "# HELP bionemo_triton_metrics_up Whether this scrape got Triton's metrics (0: Triton did not answer in time)\n"
-        "# TYPE bionemo_triton_metrics_up gauge\n"
-        f"bionemo_triton_metrics_up {int(up)}\n"
-        "# HELP bionemo_triton_metrics_fetch_seconds Seconds this scrape waited for Triton's metrics\n"
-        "# TYPE bionemo_triton_metrics_fetch_seconds gauge\n"
-        f"bionemo_triton_metrics_fetch_seconds {seconds:.6f}\n"
-    ).encode()
-
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class MergeTritonMetrics:
-    """ASGI middleware: BentoML's GET /metrics answer, followed by Triton's families fetched by this worker.
-
-    `port` is Triton's metrics port on 127.0.0.1 (None where Triton runs without metrics). Triton's answer is awaited
-    at most TRITON_FETCH_TIMEOUT_S; without it the scrape still answers 200 with the service's families.
-    """
-
-    def __init__(self, app: ASGIApp, port: int | None) -> None:
-        self.app = app
-        self.url = f"http://127.0.0.1:{port}/metrics" if port is not None else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/metrics" or scope["method"] != "GET":
-            await self.app(scope, receive, send)
-            return
-        triton = asyncio.ensure_future(self._fetch_triton())  # while BentoML collects the workers' files
-        messages: list[Message] = []
-
-        async def keep(message: Message) -> None:
-            messages.append(message)
-
-        try:
-            await self.app(scope, receive, keep)
-        finally:
-            triton_text = await triton
-        start, *bodies = messages
-        if start["status"] != 200:
-            for message in messages:
-                await send(message)
-            return
-        body = b"".join(message.get("body", b"") for message in bodies) + triton_text
-        headers = [(name, value) for name, value in start["headers"] if name.lower() != b"content-length"]
-        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-    async def _fetch_triton(self) -> bytes:
-        """Triton's families and the gauges saying it answered; the gauges alone when it did not, in time."""
-        started = time.perf_counter()
-        if self.url is None:
-            return triton_gauges(False, 0.0)
-        try:  # a session per scrape (one every few seconds at most): nothing is left open when the worker stops
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRITON_FETCH_TIMEOUT_S)) as session:
-                async with session.get(self.url) as response:
-                    response.raise_for_status()
-                    text = await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            return triton_gauges(False, time.perf_counter() - started)
-        return text.rstrip(b"\n") + b"\n" + triton_gauges(True, time.perf_counter() - started)

@@ -1,14 +1,17 @@
-"""The suite's shared fixtures: the real stack (`bentoml serve` with the real tritonserver behind it) and the tiny
-models the exporter's and the runtimes' tests export once. What they are built from lives in tests/support/."""
+"""The suite's shared fixtures: the real stack (`bentoml serve` with the real tritonserver behind it), the tiny
+models the exporter's and the runtimes' tests export once, and what more than one test module asks of the stack.
+What they are built from lives in tests/support/."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from support import bento
+from support.bentoml_clients import MOLECULES, through_curl
 from support.checkpoints import TinyModels
 from support.image_build import ImageBuild
 from support.service import RunningService, start_launcher, stop_service
@@ -22,6 +25,15 @@ def service() -> Iterator[RunningService]:
     running = start_launcher()
     yield running
     stop_service(running)
+
+
+@pytest.fixture(scope="module")
+def molecule_hiddens(service: RunningService) -> dict[str, Any]:
+    """/hidden of two SMILES of different lengths: the input of the decoders (the shorter one padded), for both of
+    BentoML's clients' tests."""
+    response = through_curl(service, "hidden", {"model": "megamolbart", "sequences": MOLECULES})
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 @pytest.fixture(scope="session")

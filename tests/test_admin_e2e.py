@@ -11,10 +11,12 @@ from typing import Any
 
 import bentoml
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import requests
 
 from model_catalog import MODELS
+from support.client_cli import run
 from support.reference import TransformersReference
 from support.repositories import build_repository, models_in
 from support.service import RunningService, start_launcher, stop_service
@@ -37,13 +39,15 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def admin_service(repository: Path) -> Iterator[RunningService]:
-    """Two API workers (an admin change made through one must reach the other); only esm2nv loaded at start."""
+    """Two API workers (an admin change made through one must reach the other); only esm2nv loaded at start; at most
+    8 sequences a request (what the client reads from GET /models)."""
     running = start_launcher(
         {
             "BIONEMO_MODEL_REPOSITORY": str(repository),
             "BIONEMO_MODELS": "esm2nv",
             "BIONEMO_ADMIN_TOKEN": TOKEN,
             "BIONEMO_API_WORKERS": "2",
+            "BIONEMO_MAX_SEQUENCES_PER_REQUEST": "8",
         }
     )
     yield running
@@ -161,3 +165,15 @@ def test_bentoml_client_calls_the_admin_api_with_the_token_only(admin_service: R
     client.client.headers["Authorization"] = ADMIN["Authorization"]
     expected = requests.get(f"{admin_service.url}/admin/repository", headers=ADMIN, timeout=30).json()
     assert client.admin_repository() == expected
+
+
+def test_the_client_sizes_its_chunks_by_the_limits_the_service_publishes(
+    admin_service: RunningService, tmp_path: Path
+) -> None:
+    """A service that takes 8 sequences a request: `bionemo-client` embeds a 100-record FASTA file whole, in order."""
+    assert requests.get(f"{admin_service.url}/models", timeout=30).json()["limits"]["max_sequences"] == 8
+    names = [f"p{index}" for index in range(100)]
+    (tmp_path / "in.fasta").write_text("".join(f">{name}\n{SEQUENCE}\n" for name in names))
+    done = run(admin_service, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.parquet"))
+    assert "100 done, 0 failed" in done.stderr
+    assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == names

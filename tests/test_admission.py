@@ -156,6 +156,54 @@ def test_a_lone_request_of_another_client_starts_before_a_flooding_clients_queue
     run(test)
 
 
+def test_a_flooders_earliest_waiting_call_gives_its_place_to_a_client_below_its_share() -> None:
+    """Longest queue drop: a first newcomer starts at once beside the flooder's running call; the flooder's plan has
+    room for one more call (CUT_IN_RESERVE), which that takes; a second newcomer's call takes the place of the
+    flooder's earliest waiting call, refused 429, and runs next."""
+
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        flood = [held.send(f"flood-{index}", "flooder", 1.0, timeout_s=10) for index in range(6)]
+        await held.settle()
+        assert len(scheduler.waiting) == 5  # 6 s of work planned of the 7 s it may take: room for one more
+        first = held.send("first", "a", 1.0, timeout_s=10)
+        await held.settle()
+        second = held.send("second", "b", 1.0, timeout_s=10)
+        await held.settle()
+        with pytest.raises(OverShare, match="took this one's place"):
+            await flood[1]
+        assert held.started == ["flood-0", "first"]
+        assert [ticket.caller.client for ticket in scheduler.waiting][:2] == ["b", "flooder"]
+        held.release.set()
+        assert await asyncio.gather(first, second) == ["first", "second"]
+        await asyncio.gather(flood[0], *flood[2:])
+        assert held.started[:3] == ["flood-0", "first", "second"]
+
+    run(test)
+
+
+def test_equal_clients_do_not_take_each_others_places() -> None:
+    """Four clients holding one call each, the plan full: a fifth is refused at once rather than given another's
+    place."""
+
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        for index in range(4):
+            held.send(f"call-{index}", f"client-{index}", 1.2, timeout_s=10)
+        await held.settle()
+        CALLER.set(Caller.from_now("newcomer", 10.0))
+        with pytest.raises(Overloaded):  # 4 x 1.2 s planned, 1.2 s more and as much room: past 7 s
+            async with scheduler.admitted(Work(EMBED, 1.2)):
+                raise AssertionError("a refused call ran")
+        assert len(scheduler.waiting) == 3
+        held.release.set()
+        await asyncio.gather(*held.tasks)
+
+    run(test)
+
+
 def test_a_newcomer_goes_before_waiting_calls_with_later_tags_only_where_they_keep_their_time() -> None:
     async def test() -> None:
         scheduler = Scheduler(max_running=1, default_timeout_s=60)

@@ -16,25 +16,11 @@ import pandas as pd
 import pytest
 import requests
 
+from support.bentoml_clients import BAD_REQUESTS, MOLECULES, PROTEIN, PUBLIC_APIS, through_curl
+from support.reference import TOLERANCE, TransformersReference, mixed_sequences
 from support.service import RunningService
-from support.reference import TransformersReference
-from test_service_e2e import TOLERANCE, mixed_sequences
 
 pytestmark = pytest.mark.e2e
-
-PUBLIC_APIS = {
-    "embed", "embed_ndarray", "hidden", "logits", "score", "contacts", "decode", "decode_ndarray", "generate", "models",
-    "openai_embeddings", "openai_models", "embed_dataframe", "molmim_embedding", "molmim_hidden", "molmim_decode",
-    "molmim_sampling", "molmim_generate",
-}  # fmt: skip
-PROTEIN = "esm2nv"
-MOLECULES = ["CCO", "c1ccccc1C(=O)O"]
-BAD_REQUESTS = [
-    pytest.param("embed", {"sequences": ["MKT"], "model": "esm9"}, "model", id="unknown-model"),
-    pytest.param("hidden", {"sequences": ["MKT", "MKJL"]}, "sequences[1]", id="bad-residue"),
-    pytest.param("score", {"sequence": "MKT", "mutations": ["K2R", "A1G"]}, "mutations[1]", id="bad-mutation"),
-]
-
 
 class Call(NamedTuple):
     api: str
@@ -43,18 +29,6 @@ class Call(NamedTuple):
     """What the client method is given."""
     body: Any
     """The JSON body curl sends for the same request."""
-
-
-def through_curl(service: RunningService, route: str, body: Any) -> requests.Response:
-    return requests.post(f"{service.url}/{route}", json=body, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def molecule_hiddens(service: RunningService) -> dict[str, Any]:
-    """/hidden of two SMILES of different lengths: the input of the decoders (the shorter one padded)."""
-    response = through_curl(service, "hidden", {"model": "megamolbart", "sequences": MOLECULES})
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 @pytest.fixture(scope="module")

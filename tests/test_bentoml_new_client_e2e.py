@@ -18,16 +18,9 @@ import pytest
 import requests
 from bentoml.exceptions import BentoMLException, UnprocessableEntity
 
+from support.bentoml_clients import BAD_REQUESTS, MOLECULES, PROTEIN, PUBLIC_APIS, through_curl
+from support.reference import mixed_sequences
 from support.service import RunningService
-from test_bentoml_client_e2e import (  # noqa: F401  (molecule_hiddens: a fixture of both modules)
-    BAD_REQUESTS,
-    MOLECULES,
-    PROTEIN,
-    PUBLIC_APIS,
-    molecule_hiddens,
-    through_curl,
-)
-from test_service_e2e import mixed_sequences
 
 pytestmark = pytest.mark.e2e
 

@@ -17,17 +17,6 @@ import numpy as np
 import pytest
 import requests
 import torch
-from support.service import RunningService, start_launcher, stop_service
-from support.reference import TransformersReference
-from test_huggingface_checkpoints import esm_checkpoint, t5_checkpoint
-from test_nemo_checkpoints import hf_model as esm_nemo_source
-from test_nemo_checkpoints import megatron_config as esm_megatron_config
-from test_nemo_checkpoints import megatron_state_dict as esm_megatron_state_dict
-from test_nemo_checkpoints import write_nemo
-from test_nemo_encoder_decoder import MEGAMOLBART_VOCABULARY, regex_tokenizer
-from test_nemo_encoder_decoder import hf_model as mbart_nemo_source
-from test_nemo_encoder_decoder import megatron_config as mbart_megatron_config
-from test_nemo_encoder_decoder import megatron_state_dict as mbart_megatron_state_dict
 from transformers import EsmForMaskedLM, EsmModel, EsmTokenizer, MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
@@ -35,6 +24,17 @@ from exporter import export_model
 from model_catalog import MODELS
 from preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE, SmilesTokenizer
 from preprocessing.vocabularies import ESM_ALPHABET
+from support.huggingface_checkpoints import esm_checkpoint, t5_checkpoint
+from support.nemo_checkpoints import hf_model as esm_nemo_source
+from support.nemo_checkpoints import megatron_config as esm_megatron_config
+from support.nemo_checkpoints import megatron_state_dict as esm_megatron_state_dict
+from support.nemo_checkpoints import write_nemo
+from support.nemo_encoder_decoder import MEGAMOLBART_VOCABULARY, regex_tokenizer
+from support.nemo_encoder_decoder import hf_model as mbart_nemo_source
+from support.nemo_encoder_decoder import megatron_config as mbart_megatron_config
+from support.nemo_encoder_decoder import megatron_state_dict as mbart_megatron_state_dict
+from support.reference import TransformersReference
+from support.service import RunningService, start_launcher, stop_service
 
 pytestmark = pytest.mark.e2e
 

@@ -16,6 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from support.client_cli import cli, run
 from support.paths import CLIENT_VENV
 from support.service import RunningService
 
@@ -23,18 +24,6 @@ pytestmark = pytest.mark.e2e
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 SERVER_PACKAGES = ("bentoml", "tritonclient", "torch", "onnxruntime", "rdkit")
-
-
-def cli(service: RunningService, *args: str) -> list[str]:
-    executable = CLIENT_VENV / "bin" / "bionemo-client"
-    assert executable.is_file(), f"{executable} is missing: `make test-client` creates the client's environment"
-    return [str(executable), *args, "--url", service.url]
-
-
-def run(service: RunningService, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(cli(service, *args), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 def proteins(count: int, seed: int, shortest: int = 20, longest: int = 60) -> list[tuple[str, str]]:
@@ -65,7 +54,8 @@ def test_embed_a_fasta_with_a_bad_record_to_parquet_and_npz(service: RunningServ
     records = proteins(150, seed=1)
     records[40] = ("bad", "MKTJLL")
     write_fasta(tmp_path / "in.fasta", records)
-    done = run(service, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.parquet"), "--layers", "-1", "0")
+    done = run(service, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.parquet"), "--layers", "-1", "0",
+               status=3)
     assert done.stdout == "" and done.stderr.startswith("embed: 149 done, 1 failed (see ")  # no bar on a pipe
     good = [(name, seq) for name, seq in records if name != "bad"]
     table = pq.read_table(tmp_path / "out.parquet")
@@ -76,7 +66,7 @@ def test_embed_a_fasta_with_a_bad_record_to_parquet_and_npz(service: RunningServ
     assert (error["id"], error["line"]) == ("bad", 121)
     assert error["reason"].startswith("HTTP 422 invalid_request: sequences[") and "'J'" in error["reason"]
 
-    run(service, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.npz"), "--pooling", "cls")
+    run(service, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.npz"), "--pooling", "cls", status=3)
     saved = np.load(tmp_path / "out.npz")
     assert saved["ids"].tolist() == [name for name, _ in good]
     np.testing.assert_allclose(saved["embeddings"], embeddings_of(service, [s for _, s in good], pooling="cls"), atol=1e-5)

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import requests
 from support.service import RunningService
-from support.reference import TransformersReference
-from test_language_model_e2e import proteins
+from support.reference import TransformersReference, proteins
 
 pytestmark = pytest.mark.e2e
 

@@ -20,10 +20,9 @@ from starlette.requests import Request
 
 from model_catalog import MODELS
 from serving.errors import InvalidRequest
-from serving.fronts.bentoml.descriptors import MAX_ROW_PROBLEMS, DataFrameOutput, ValidatedDataFrame
+from serving.fronts.dataframe.tables import MAX_ROW_PROBLEMS, DataFrameOutput, ValidatedDataFrame
 from serving.fronts.dataframe.routes import EMBED_MODEL, embeddings_frame
-from support.in_process import Answer, InProcessService
-from test_validation import assert_rejected
+from support.in_process import Answer, InProcessService, assert_rejected
 
 PATH = "/embed/dataframe"
 PARQUET = {"content-type": "application/vnd.apache.parquet"}

@@ -17,6 +17,7 @@ import yaml
 from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
 
 from serving.startup.settings import Settings
+from support.dashboards import DASHBOARD, dashboard_queries, metric_names
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes.yaml"
 # The oldest and the newest release the manifest targets; kubernetes-validate ships their schemas.
@@ -195,35 +196,6 @@ def test_the_service_monitor_scrapes_the_service_port_of_the_pods() -> None:
     assert SERVICE_MONITOR["apiVersion"] == "monitoring.coreos.com/v1" and SERVICE_MONITOR["kind"] == "ServiceMonitor"
     assert SERVICE_MONITOR["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]} and endpoint["path"] == "/metrics"
-
-
-DASHBOARD = MANIFEST.parent / "grafana-dashboard.json"
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$job": "bionemo"}
-"""Grafana's variables in the queries, replaced by what Grafana would put there before PromQL sees them."""
-
-
-def dashboard_queries() -> list[str]:
-    """The PromQL of every panel's targets, and of the dashboard's query variables, as Prometheus would get it."""
-    dashboard = json.loads(DASHBOARD.read_text())
-    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
-    queries += [variable["definition"] for variable in dashboard["templating"]["list"] if variable["type"] == "query"]
-    for variable, value in GRAFANA_VARIABLES.items():
-        queries = [query.replace(variable, value) for query in queries]
-    return queries
-
-
-def metric_names(query: str) -> set[str]:
-    """The metric names a PromQL query (or a Grafana `label_values(metric, label)`) selects; parsed, not pattern-matched."""
-    if label_values := re.fullmatch(r"label_values\((\w+), *\w+\)", query):
-        return {label_values[1]}
-    names: set[str] = set()
-
-    def visit(node: Any) -> None:
-        if isinstance(node, promql_parser.VectorSelector):
-            names.add(node.name)
-
-    promql_parser.walk(promql_parser.parse(query), visit)
-    return names
 
 
 def test_the_dashboard_panels_are_complete_and_every_query_is_promql() -> None:

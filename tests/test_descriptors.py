@@ -26,8 +26,8 @@ from serving.errors import (
     UnsupportedMediaType,
     error_headers,
 )
+from serving.fronts.bentoml.admin import AdminJSON
 from serving.fronts.bentoml.descriptors import (
-    AdminJSON,
     JSONOutput,
     NdarrayOutput,
     ValidatedJSON,

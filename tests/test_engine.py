@@ -367,3 +367,10 @@ def test_models_lists_what_each_served_model_can_do_now() -> None:
     assert "contacts" not in capabilities["esm2nv"] and "contacts" in capabilities["esm1nv"]
     openai = routes.post("/v1/models", b"").json()
     assert sorted(model["id"] for model in openai["data"]) == sorted(MODELS)
+
+
+def test_models_publishes_the_request_limits_a_client_sizes_its_chunks_by() -> None:
+    routes = InProcessService(max_sequences=8, max_score_passes=100, max_request_bytes=4096)
+    assert routes.post("/models", b"").json()["limits"] == {
+        "max_sequences": 8, "max_score_passes": 100, "max_request_bytes": 4096, "request_timeout_s": None,
+    }

@@ -38,7 +38,7 @@ from preprocessing.vocabularies import ESM_ALPHABET
 from runtimes.engines import SHARED_WEIGHTS, Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TINY_SIZES, TinyModels, tiny
 from support.paths import CHECKPOINTS, DEFAULT_REPOSITORY
-from test_cached_decoder import DECODER_RUNTIMES
+from support.runtimes import DECODER_RUNTIMES
 
 ESM2 = MODELS["esm2nv"]
 

@@ -1,6 +1,6 @@
 """/logits and /score on the real stack, held to transformers' EsmForMaskedLM with the same weights.
 
-The reference (tests/reference.py) runs one sequence at a time without padding,
+The reference (tests/support/reference.py) runs one sequence at a time without padding,
 masks with transformers' own tokenizer and computes each scoring method in a
 loop of its own; nothing is shared with the service's code path.
 """
@@ -13,16 +13,11 @@ import numpy as np
 import pytest
 import requests
 from support.service import RunningService
-from support.reference import AMINO_ACIDS, Substitution, TransformersReference
+from support.reference import AMINO_ACIDS, TOLERANCE, Substitution, TransformersReference, proteins
 
 pytestmark = pytest.mark.e2e
 
-TOLERANCE = 1e-4
 WILD_TYPE = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIV"
-
-
-def proteins(rng: np.random.Generator, lengths: list[int]) -> list[str]:
-    return ["".join(rng.choice(list(AMINO_ACIDS), size=length)) for length in lengths]
 
 
 def with_masks(sequence: str, positions: list[int]) -> str:

@@ -20,8 +20,8 @@ import requests
 import tritonclient.http
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.dashboards import dashboard_queries, metric_names
 from support.service import RunningService, start_launcher, stop_service
-from test_deploy_manifests import dashboard_queries, metric_names
 
 pytestmark = pytest.mark.e2e
 
@@ -99,14 +99,14 @@ def test_a_scrape_counts_what_was_served_exactly(metered: RunningService) -> Non
     assert moved("bionemo_request_duration_seconds_bucket", **embed, le="+Inf") == 6
 
     # Sequences and tokens of the requests that reached an encoder; padding to the length buckets (16, 20, ..., 48).
-    esm2nv, megamolbart = {"model": "esm2nv"}, {"model": "megamolbart"}
-    assert moved("bionemo_encoder_request_sequences_count", **esm2nv) == 5
-    assert moved("bionemo_encoder_request_sequences_sum", **esm2nv) == 4 * 1 + 3
-    assert moved("bionemo_encoder_request_tokens_sum", **esm2nv) == 4 * 12 + (12 + 32 + 47)
-    assert moved("bionemo_encoder_batch_tokens_total", **esm2nv) == 4 * 16 + (16 + 32 + 48)
-    assert moved("bionemo_encoder_padding_tokens_total", **esm2nv) == 4 * 4 + (4 + 0 + 1)
-    assert moved("bionemo_encoder_request_tokens_sum", **megamolbart) == 2 * 3  # C C O, no special tokens
-    assert moved("bionemo_encoder_padding_tokens_total", **megamolbart) == 2 * (16 - 3)
+    esm2nv, megamolbart = {"model": "esm2nv", "graph": "encoder"}, {"model": "megamolbart", "graph": "encoder"}
+    assert moved("bionemo_graph_request_sequences_count", **esm2nv) == 5
+    assert moved("bionemo_graph_request_sequences_sum", **esm2nv) == 4 * 1 + 3
+    assert moved("bionemo_graph_request_tokens_sum", **esm2nv) == 4 * 12 + (12 + 32 + 47)
+    assert moved("bionemo_graph_batch_tokens_total", **esm2nv) == 4 * 16 + (16 + 32 + 48)
+    assert moved("bionemo_graph_padding_tokens_total", **esm2nv) == 4 * 4 + (4 + 0 + 1)
+    assert moved("bionemo_graph_request_tokens_sum", **megamolbart) == 2 * 3  # C C O, no special tokens
+    assert moved("bionemo_graph_padding_tokens_total", **megamolbart) == 2 * (16 - 3)
 
     # Triton's families, merged, move as Triton's statistics API says; one call per length bucket of each request.
     for model in triton_models:

@@ -14,12 +14,11 @@ import requests
 from support.service import RunningService
 from preprocessing.smiles import SmilesTokenizer, canonical_smiles, tanimoto_similarity
 from model_catalog import MODELS
-from support.reference import TransformersReference
+from support.reference import TOLERANCE, TransformersReference, greedy_reference
 
 pytestmark = pytest.mark.e2e
 
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "F/C=C/F", "[C@@H](Cl)(Br)I"]
-TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +52,6 @@ def test_truncate_cuts_a_long_smiles_to_its_first_tokens(service: RunningService
     assert embedded.json()["truncated"] == [0]
     expected = reference.hidden_states(chain[:limit]).mean(axis=0)
     assert np.abs(np.asarray(embedded.json()["embeddings"][0]) - expected).max() < TOLERANCE
-
-
-def greedy_reference(reference: TransformersReference, hiddens: np.ndarray, mask: np.ndarray, steps: int) -> list[str]:
-    """transformers' greedy token ids, written out as SMILES the way the service writes its own."""
-    detokenizer = SmilesTokenizer(max_tokens=510)
-    return [detokenizer.decode(np.asarray(ids)) for ids in reference.greedy(hiddens, mask, steps)]
 
 
 def test_decode_of_hidden_equals_transformers_generate(service: RunningService, reference: TransformersReference) -> None:
@@ -156,7 +149,7 @@ def test_generate_decodes_seeded_noisy_latents_like_transformers(
 def test_beam_search_forks_cached_rows_like_decoding_whole_prefixes(
     service: RunningService, reference: TransformersReference
 ) -> None:
-    """Beam search over the key-value-cached decoder (hypotheses fork their parents' caches) gives what the same
+    """Beam search over the key-value-incremental decoder (hypotheses fork their parents' caches) gives what the same
     search gives over transformers' logits of whole prefixes, recomputed at every step."""
     seeds, samples, radius, steps, beams = [SMILES[0], SMILES[3]], 2, 100.0, 16, 3
     body = {"smiles": seeds, "num_samples": samples, "seed": 9, "scaled_radius": radius, "max_length": steps,

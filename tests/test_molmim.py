@@ -12,7 +12,7 @@ import pytest
 from preprocessing.smiles import canonical_smiles
 from serving.engine.inputs import MEGAMOLBART
 from support.in_process import InProcessService
-from test_optimization import HIDDEN, LADDER, SEED, LadderRunner
+from support.ladder import HIDDEN, LADDER, SEED, LadderRunner
 
 
 @pytest.fixture(scope="module")

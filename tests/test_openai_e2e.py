@@ -17,14 +17,13 @@ import requests
 from support.service import RunningService
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
-from support.reference import TransformersReference
+from support.reference import TOLERANCE, TransformersReference
 
 pytestmark = pytest.mark.e2e
 
 SEQUENCES = ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * 300, "XBUZOWC"]
 SMILES = ["CC(=O)Nc1ccc(O)cc1", "C", "c1ccccc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C"]
 SAME_AS_EMBED = 1e-6
-TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from model_catalog import DECODER, ENCODER, MODELS, GraphRole
 from runtimes.engines import Runtime, open_engine
 from support.repositories import NOT_A_MODEL, build_repository
 from support.service import RunningService, start_launcher, stop_service
-from test_cached_decoder import DECODER_RUNTIMES
+from support.runtimes import DECODER_RUNTIMES
 
 TOKEN = secrets.token_hex(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

@@ -43,7 +43,7 @@ class UnreachableRunner:
 
 def engine() -> Engine:
     runner = UnreachableRunner()
-    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences=LIMIT, max_score_passes=10), Scheduler(4, 60))
+    return Engine(runner, ModelRegistry(runner), RequestLimits(max_sequences=LIMIT, max_score_passes=10, max_request_bytes=1 << 20), Scheduler(4, 60))
 
 
 def generate_input(smiles: list[str]) -> GenerateInput:

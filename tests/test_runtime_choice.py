@@ -1,5 +1,5 @@
 """The runtime each graph runs: every exported runtime held to torch, the fastest timed here recorded (the encoders on
-their length buckets, the cached decoder on whole generations) unless its memory grew, a setting overriding it, and a
+their length buckets, the incremental decoder on whole generations) unless its memory grew, a setting overriding it, and a
 record that no longer holds for this machine timed again."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from serving.startup.settings import Settings, SettingsError
 from support.checkpoints import TinyExport, TinyModels, tiny
 from support.paths import DEFAULT_REPOSITORY, ROOT
 from support.repositories import build_repository, models_in
-from test_cached_decoder import DECODER_RUNTIMES
+from support.runtimes import DECODER_RUNTIMES
 
 TINY_ESM2 = tiny("esm2nv")
 

@@ -18,12 +18,10 @@ from model_catalog import MODELS
 from runtimes.choice import Timings
 from runtimes.engines import Runtime
 from support.paths import DEFAULT_REPOSITORY
-from support.reference import TransformersReference
+from support.reference import TOLERANCE, TransformersReference, greedy_reference, mixed_sequences
 from support.repositories import build_repository
 from support.service import RunningService, start_launcher, stop_service
-from test_cached_decoder import DECODER_RUNTIMES
-from test_molecules_e2e import greedy_reference
-from test_service_e2e import TOLERANCE, mixed_sequences
+from support.runtimes import DECODER_RUNTIMES
 
 pytestmark = pytest.mark.e2e
 

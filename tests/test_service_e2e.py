@@ -10,27 +10,20 @@ import pytest
 import requests
 from transformers import AutoConfig
 
-from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, TokenizerKind
+from model_catalog import MODELS, TokenizerKind
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support.paths import CHECKPOINTS
-from support.reference import TransformersReference
+from support.reference import TOLERANCE, TransformersReference, mixed_sequences
 from support.service import RunningService
 
 pytestmark = pytest.mark.e2e
 
 PROTEIN_MODELS = [name for name, d in MODELS.items() if d.tokenizer is not TokenizerKind.SMILES]
-TOLERANCE = 1e-4
 
 
 def random_sequences(count: int, seed: int, longest: int = 400) -> list[str]:
     rng = np.random.default_rng(seed)
     return ["".join(rng.choice(list(STANDARD_RESIDUES), size=int(rng.integers(1, longest)))) for _ in range(count)]
-
-
-def mixed_sequences(model: str) -> list[str]:
-    """Lengths from 1 to the model's limit, lower case and rare residues, all in one request."""
-    limit = MODELS[model].max_length
-    return ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * limit, "XBUZOWC"]
 
 
 @pytest.fixture(scope="module", params=PROTEIN_MODELS)
@@ -151,7 +144,7 @@ def test_models_lists_every_served_model(service: RunningService) -> None:
         assert info["capabilities"] == sorted(c.value for c in description.capabilities)
         assert info["tokenizer"] == description.tokenizer.value
         assert info["hidden_size"] == AutoConfig.from_pretrained(CHECKPOINTS / name).hidden_size
-        assert info["weights"] == RANDOM_INIT_WEIGHTS  # `make models` exports the random-init defaults
+        assert info["weights"] == description.default_weights  # `make models` exports the defaults: where they came from
 
 
 def test_openapi_documents_every_endpoint(service: RunningService) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from bentoml._internal.configuration.containers import BentoMLConfiguration
 
+from serving.startup.command_lines import graphs_of, serve_arguments, triton_arguments
 from serving.startup.launch import serve_command
 from serving.startup.settings import ALL_SETTINGS, PROJECT_ROOT, Settings, SettingsError
 from serving.triton.options import TritonOption, TritonOptionError, parse_environment, render_environment, split_arguments
@@ -20,8 +21,8 @@ def test_defaults_serve_every_model_on_loopback() -> None:
     assert (settings.host, settings.port, settings.api_workers) == ("127.0.0.1", 3000, None)
     assert settings.model_repository == str(PROJECT_ROOT / "model_repository")
     assert settings.models is None
-    assert settings.triton_arguments() == ["--allow-metrics=false", "--exit-on-error=false"]
-    assert settings.serve_arguments() == ["--host", "127.0.0.1", "--port", "3000"]
+    assert triton_arguments(settings) == ["--allow-metrics=false", "--exit-on-error=false"]
+    assert serve_arguments(settings) == ["--host", "127.0.0.1", "--port", "3000"]
 
 
 def test_models_load_the_heads_their_local_repository_has(tmp_path: Path) -> None:
@@ -30,10 +31,10 @@ def test_models_load_the_heads_their_local_repository_has(tmp_path: Path) -> Non
     for graph in ("esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts", "esm2nv_layers"):
         (tmp_path / graph).mkdir()
     settings = Settings.from_environment({"BIONEMO_MODEL_REPOSITORY": str(tmp_path), "BIONEMO_MODELS": "esm1nv,esm2nv"})
-    assert settings.graphs_of("esm1nv") == ["esm1nv", "esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts"]
-    assert settings.graphs_of("esm2nv") == ["esm2nv", "esm2nv_layers"]
+    assert graphs_of(settings, "esm1nv") == ["esm1nv", "esm1nv_language_model", "esm1nv_layers", "esm1nv_contacts"]
+    assert graphs_of(settings, "esm2nv") == ["esm2nv", "esm2nv_layers"]
     remote = Settings.from_environment({"BIONEMO_MODEL_REPOSITORY": "s3://bucket/models", "BIONEMO_MODELS": "esm2nv"})
-    assert remote.graphs_of("esm2nv") == ["esm2nv", "esm2nv_language_model", "esm2nv_layers", "esm2nv_contacts"]
+    assert graphs_of(remote, "esm2nv") == ["esm2nv", "esm2nv_language_model", "esm2nv_layers", "esm2nv_contacts"]
 
 
 def test_every_setting_reaches_its_argument(tmp_path: Path) -> None:
@@ -50,9 +51,9 @@ def test_every_setting_reaches_its_argument(tmp_path: Path) -> None:
             "BIONEMO_MAX_SEQUENCES_PER_REQUEST": "8",
         }
     )
-    assert settings.serve_arguments() == ["--host", "0.0.0.0", "--port", "8080", "--api-workers", "3"]
+    assert serve_arguments(settings) == ["--host", "0.0.0.0", "--port", "8080", "--api-workers", "3"]
     assert settings.model_repository == str(tmp_path)
-    assert settings.triton_arguments() == [
+    assert triton_arguments(settings) == [
         "--allow-metrics=false",
         "--exit-on-error=false",
         "--model-config-name=gpu",
@@ -133,9 +134,9 @@ ADMIN_TOKEN = "0123456789abcdef" * 4
 def test_an_admin_token_gives_triton_explicit_model_control_over_every_model() -> None:
     """e2e: the graphs loaded with a model are those the default export holds (its heads are optional)."""
     settings = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN})
-    assert settings.triton_arguments() == ["--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"]
+    assert triton_arguments(settings) == ["--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"]
     chosen = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_MODELS": "esm2nv"})
-    assert chosen.triton_arguments() == [
+    assert triton_arguments(chosen) == [
         "--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=esm2nv",
         "--load-model=esm2nv_language_model", "--load-model=esm2nv_layers", "--load-model=esm2nv_contacts",
     ]  # fmt: skip
@@ -204,7 +205,7 @@ def test_the_launcher_chooses_one_loopback_metrics_port_for_tritonserver_and_eve
     port = int(environment["BIONEMO_TRITON_METRICS_PORT"])
     settings = Settings.from_environment(environment)
     assert settings.triton_metrics_port == port
-    assert settings.triton_arguments() == [
+    assert triton_arguments(settings) == [
         "--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={port}", "--exit-on-error=false",
     ]  # fmt: skip
     with pytest.raises(SettingsError, match="BIONEMO_TRITON_METRICS_PORT='0': expected a port number"):

@@ -23,9 +23,8 @@ from benchmarks.spark_cluster import StandaloneCluster
 from benchmarks.spark_throughput import BENTO_OPTIONS, job_processes, run_job
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support import bento
-from support.service import RunningService
-from test_service_e2e import TOLERANCE
-from test_spark_e2e import triton_processes
+from support.reference import TOLERANCE
+from support.service import RunningService, triton_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

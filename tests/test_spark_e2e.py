@@ -13,15 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 import pytest
 
 from benchmarks.spark_throughput import job_processes, run_job
 from preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support.bento import tag_of
-from support.reference import TransformersReference
-from support.service import RunningService
-from test_service_e2e import TOLERANCE
+from support.reference import TOLERANCE, TransformersReference
+from support.service import RunningService, triton_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,15 +29,6 @@ LENGTHS = (20, 150)
 cluster in test_spark_cluster_e2e.py)."""
 SAMPLE = (0, 1, 199, 200, 399)
 """Rows checked against transformers too: each partition's first and last."""
-
-
-def triton_processes() -> set[int]:
-    """What `ps -ef | grep triton` lists: tritonserver, its wrapper and the python-backend stubs."""
-    found = set()
-    for process in psutil.process_iter(["pid", "name", "cmdline"]):
-        if "triton" in f"{process.info['name']} {' '.join(process.info['cmdline'] or [])}":
-            found.add(process.info["pid"])
-    return found - {os.getpid()}
 
 
 def test_run_in_spark_of_the_bento_answers_embed_s_embeddings_in_id_order_and_leaves_nothing(

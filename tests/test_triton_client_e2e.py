@@ -11,8 +11,7 @@ import tritonclient.http as triton
 from support.service import RunningService
 from model_catalog import MODELS
 from preprocessing import tokenizer_for
-from support.reference import TransformersReference
-from test_service_e2e import TOLERANCE
+from support.reference import TOLERANCE, TransformersReference
 
 pytestmark = pytest.mark.e2e
 

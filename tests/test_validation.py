@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from model_catalog import MODELS
-from serving.errors import ERROR_TYPES, HTTP_STATUS
 from support.fake_runner import checkpoint_sizes
-from support.in_process import Answer, InProcessService
+from support.in_process import STATUS_OF_TYPE, InProcessService, assert_rejected
 
 ESM2_LIMIT = MODELS["esm2nv"].max_length
 ESM2_LAYERS = checkpoint_sizes(MODELS["esm2nv"])["hidden_layers"]
@@ -22,22 +21,11 @@ MOLECULE_LIMIT = MODELS["megamolbart"].max_length
 HIDDEN = checkpoint_sizes(MODELS["megamolbart"])["hidden_size"]
 WILD_TYPE = "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIV"
 ADMIN_TOKEN = "a-token-of-twenty-four-chars"
-STATUS_OF_TYPE = {name: int(HTTP_STATUS[error]) for error, name in ERROR_TYPES.items()}
 
 
 @pytest.fixture(scope="module")
 def routes() -> InProcessService:
     return InProcessService(admin_token=ADMIN_TOKEN)
-
-
-def assert_rejected(answer: Answer, status: int, field: str, message: str) -> dict[str, Any]:
-    """`answer` is a `status` whose error names `field` with `message` in its reason; the error, to check further."""
-    assert answer.status == status, answer.body
-    error = answer.error
-    assert STATUS_OF_TYPE[error["type"]] == status  # the status is its type's, serving/errors.py's table
-    assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
-    assert any(d["field"] == field and message in d["message"] for d in error["details"]), error
-    return error
 
 
 # The rows tests/test_bad_input_e2e.py sent to the real service, for every route that takes `sequences`.

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import torch
 
 from exporter.exportable import MEGAMOLBART_COMMON, ExportableModel, encoder_graphs, hidden_layers
-from exporter.incremental_decoder import CachedDecoder, seq2seq_sizes
+from exporter.incremental_decoder import IncrementalDecoder, seq2seq_sizes
 from exporter.nemo.archive import (
     Convert,
     NemoArchive,
@@ -265,7 +265,7 @@ def load_megamolbart(description: ModelDescription, archive: NemoArchive) -> Exp
     if head_bias:
         rules.append(Rule(f"{TOKENS_HEAD}bias", ("final_logits_bias",), _logits_bias(vocabulary)))
     load_renamed(model, archive, rules, frozenset(), frozenset() if head_bias else frozenset({"final_logits_bias"}))
-    graphs = {**encoder_graphs(model.get_encoder()), GraphRole.DECODER: CachedDecoder(model)}
+    graphs = {**encoder_graphs(model.get_encoder()), GraphRole.DECODER: IncrementalDecoder(model)}
     return ExportableModel(graphs, seq2seq_sizes(config) | hidden_layers(config), config.max_position_embeddings)
 
 

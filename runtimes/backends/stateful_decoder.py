@@ -38,7 +38,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # engines.py, which the exporter copies beside this file
-from engines import Arena, FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
+from engines import RUNTIME_PARAMETER, Arena, FreedMemory, Runtime, open_engine, thread_allotment  # noqa: E402
 
 
 class CacheError(Exception):
@@ -105,7 +105,7 @@ class TritonPythonModel:
         self.vocab_size = int(logits["dims"][-1])
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"]
-        runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
+        runtime = Runtime(parameters.get(RUNTIME_PARAMETER, Runtime.ONNXRUNTIME.value))
         provider, arena = parameters["execution_provider"], Arena(parameters["arena"])
         self.cross_attention, self.step = (
             open_engine(runtime, folder / runtime.file(Path(parameters[f"{part}_file"]).stem), provider, arena)

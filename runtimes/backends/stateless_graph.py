@@ -26,7 +26,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, str(Path(__file__).parent))  # engines.py, which the exporter copies beside this file
-from engines import Arena, FreedMemory, Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
+from engines import RUNTIME_PARAMETER, Arena, FreedMemory, Runtime, open_engine, run_in_pieces, thread_allotment  # noqa: E402
 
 WARM_UP_TOKENS = 8
 
@@ -42,7 +42,7 @@ class TritonPythonModel:
         }
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         graph = Path(args["model_repository"]) / args["model_version"] / parameters["model_file"]
-        runtime = Runtime(parameters.get("runtime", Runtime.ONNXRUNTIME.value))
+        runtime = Runtime(parameters.get(RUNTIME_PARAMETER, Runtime.ONNXRUNTIME.value))
         provider, arena = parameters["execution_provider"], Arena(parameters["arena"])
         self.engine = open_engine(runtime, graph.with_name(runtime.file(graph.stem)), provider, arena)
         self.threads = thread_allotment(int(parameters["intra_op_threads"]))

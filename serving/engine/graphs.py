@@ -13,7 +13,7 @@ from model_catalog import GraphRole
 from preprocessing import Tokenizer
 from preprocessing.batching import bucketed_chunks
 from serving.engine.scheduler import PRIORITY
-from serving.metrics import record_encoder_batches
+from serving.metrics import record_token_rows
 from serving.triton import inference
 from serving.triton.models import ServedModel
 from serving.triton.registry import ModelRegistry
@@ -68,7 +68,7 @@ class GraphCalls:
             return await self.infer(model, role, batch.model_inputs(pooling_mask) | more, output)
 
         sent = sum(width * len(members) for width, members in chunks)
-        record_encoder_batches(model.name, [len(row) for row in rows], positions_sent=sent)
+        record_token_rows(model.name, role.value, [len(row) for row in rows], positions_sent=sent)
         in_flight = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
 
         async def run_in_turn(width: int, members: list[int]) -> np.ndarray:

@@ -15,6 +15,8 @@ class RequestLimits:
     """Most sequences, SMILES or latents in one request (BIONEMO_MAX_SEQUENCES_PER_REQUEST)."""
     max_score_passes: int
     """Most model passes one score request may take (BIONEMO_MAX_SCORE_PASSES)."""
+    max_request_bytes: int
+    """Largest request body the fronts read (BIONEMO_MAX_REQUEST_BYTES); GET /models publishes it with the rest."""
     request_seconds: float | None = None
     """How long a request may take (BIONEMO_REQUEST_TIMEOUT_S): a score request whose passes the start-up timings
     say take longer is refused at once (serving/engine/cost.py)."""

@@ -16,7 +16,9 @@ time (the tag of the call last started) and its client's previous finish tag, an
 its cost. A flooding client queues behind its own work; another client's call goes before every waiting call with a
 later start tag, but only where each of them still finishes in its own time with the new call ahead of it (their
 spare room is what it may take); else it goes further back. A call admitted is so never pushed past its deadline by
-a later one: the plan holds unless the estimates were wrong. A lone client's call starts at once beside the running
+a later one: the plan holds unless the estimates were wrong. Where the plan has no room left at a client's fair
+place, and another client holds more work than it would, that client's earliest calls waiting behind the place give
+it up, refused 429 (longest queue drop): a flood cannot hold a newcomer out, and equals never trade places. A lone client's call starts at once beside the running
 ones where a flooder holds more than its share of the places, and its graph calls go first in Triton's queue
 (CallPriority). A caller whose client has gone is never started (the front cancels its task); one whose time left
 the estimates, grown since, say is too short is given up before its deadline rather than started.
@@ -83,6 +85,8 @@ class _Place:
     """Where in the waiting calls it goes."""
     finish_s: float
     """Its planned finish, from now."""
+    fair: int
+    """Its fair place: before the first waiting call with a later start tag."""
 
 
 class Scheduler:
@@ -134,16 +138,48 @@ class Scheduler:
         charged = self._share_clock - (ticket.charged_at or 0.0)
         return max(ticket.cost_s - charged, ticket.cost_s * LEFT_FLOOR)
 
-    def _place(self, cost_s: float, start_tag: float) -> _Place:
+    def _place(self, cost_s: float, start_tag: float, waiting: list[_Ticket] | None = None) -> _Place:
         """The earliest place at or after its fair one (before the first waiting call with a later start tag) where
-        every call behind it still finishes within its limit; its planned finish there."""
-        finishes = list(itertools.accumulate((ticket.cost_s for ticket in self.waiting), initial=self._running_s()))
-        spare = [ticket.limit_s - finish for ticket, finish in zip(self.waiting, finishes[1:], strict=True)]
+        every call behind it still finishes within its limit; its planned finish there. `waiting`: the plan to place
+        it in (default: this one)."""
+        waiting = self.waiting if waiting is None else waiting
+        finishes = list(itertools.accumulate((ticket.cost_s for ticket in waiting), initial=self._running_s()))
+        spare = [ticket.limit_s - finish for ticket, finish in zip(waiting, finishes[1:], strict=True)]
         least_spare_behind = list(itertools.accumulate(reversed(spare), min, initial=math.inf))[::-1]
-        later_tags = (index for index, ticket in enumerate(self.waiting) if ticket.start_tag > start_tag)
-        fair = next(later_tags, len(self.waiting))
-        index = next(index for index in range(fair, len(self.waiting) + 1) if least_spare_behind[index] >= cost_s)
-        return _Place(index, finishes[index] + cost_s)
+        fair = self._fair_index(start_tag, waiting)
+        index = next(index for index in range(fair, len(waiting) + 1) if least_spare_behind[index] >= cost_s)
+        return _Place(index, finishes[index] + cost_s, fair)
+
+    @staticmethod
+    def _fair_index(start_tag: float, waiting: list[_Ticket]) -> int:
+        """Before the first waiting call with a later start tag."""
+        return next((index for index, ticket in enumerate(waiting) if ticket.start_tag > start_tag), len(waiting))
+
+    def _room_made(self, ticket: _Ticket) -> list[_Ticket]:
+        """The waiting calls to refuse so that `ticket` takes its fair place and finishes in its time: the earliest
+        ones behind that place of the client holding the most work, so long as that client still holds at least as
+        much as `ticket`'s client then does (longest queue drop, Suter et al., 1998: a flooder's calls give way to a
+        client below its share, never one client's to another's equal). None where no such choice makes room."""
+        held = collections.Counter()
+        for other in [*self.running, *self.waiting]:
+            held[other.caller.client] += other.cost_s
+        newcomer_s = held[ticket.caller.client] + ticket.cost_s
+        victims = [client for client, _ in held.most_common(1) if client != ticket.caller.client]
+        if not victims:
+            return []
+        fair = self._fair_index(ticket.start_tag, self.waiting)
+        behind = [other for other in self.waiting[fair:] if other.caller.client == victims[0]]
+        dropped: list[_Ticket] = []
+        for victim in behind:
+            if held[victims[0]] - victim.cost_s < newcomer_s:
+                break
+            held[victims[0]] -= victim.cost_s
+            dropped.append(victim)
+            waiting = [other for other in self.waiting if other not in dropped]
+            place = self._place(ticket.cost_s, ticket.start_tag, waiting)
+            if place.index == place.fair and place.finish_s + ticket.cost_s * CUT_IN_RESERVE <= ticket.limit_s:
+                return dropped
+        return []
 
     def _running_s(self) -> float:
         return sum(self._left_s(ticket) for ticket in self.running)
@@ -154,6 +190,10 @@ class Scheduler:
         start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
         ticket = _Ticket(work, caller, cost_s, start_tag)
         place = self._place(cost_s, start_tag)
+        if place.index > place.fair or place.finish_s + cost_s * CUT_IN_RESERVE > ticket.limit_s:
+            for dropped in self._room_made(ticket):
+                self._drop(dropped)
+            place = self._place(cost_s, start_tag)
         starts = (self._has_place(ticket) and not self.waiting) or self._starts_beside(ticket, place)
         needed_s = place.finish_s + (0.0 if starts else cost_s * CUT_IN_RESERVE)
         if needed_s > caller.remaining_s() * ADMIT_MARGIN:
@@ -177,6 +217,21 @@ class Scheduler:
             QUEUED.dec()
             cost_s = self.costs.seconds(ticket.work)
             self._give_up(ticket, cost_s * self._sharing(cost_s))
+
+    def _drop(self, ticket: _Ticket) -> None:
+        """Refuse a waiting call of a client over its share (429), its place given to a fairer client's call."""
+        self.waiting.remove(ticket)
+        QUEUED.dec()
+        assert ticket.turn is not None
+        if ticket.expiry is not None:
+            ticket.expiry.cancel()
+        retry_after_s = max(ticket.cost_s, self._running_s())
+        ticket.turn.set_exception(
+            OverShare.after(
+                retry_after_s, "request", f"your requests hold more of this service's work than other clients; a "
+                f"client below its share took this one's place; retry after {max(1, math.ceil(retry_after_s))} s",
+            )  # fmt: skip
+        )
 
     def _refuse(self, caller: Caller, cost_s: float, needed_s: float, now: float) -> None:
         """Raise the refusal of a call of `cost_s` that needs `needed_s` from now: once the plan has drained that
@@ -209,16 +264,16 @@ class Scheduler:
 
     def _starts_beside(self, ticket: _Ticket, place: _Place) -> bool:
         """Whether a call whose client has nothing else here, placed first, starts at once beside the running ones:
-        where another client, with calls waiting, holds more than its share of the places (up to twice their
-        number), and every waiting call has room for it ahead; so that a flood does not make a lone request wait for
-        one of its calls to end."""
+        where another client, with calls waiting, holds more than its share of the calls running (up to twice
+        `max_running` of them run), and every waiting call has room for it ahead; so that a flood does not make a
+        lone request wait for one of its calls to end (its graph calls go first in Triton's queue: CallPriority)."""
         client = ticket.caller.client
         tickets = [*self.running, *self.waiting]
         if place.index or len(self.running) >= 2 * self.max_running:
             return False
         if any(other.caller.client == client for other in tickets):
             return False
-        share = self.max_running / len({other.caller.client for other in tickets} | {client})
+        share = len(self.running) / len({other.caller.client for other in tickets} | {client})
         held = collections.Counter(other.caller.client for other in self.running)
         flooding = {other.caller.client for other in self.waiting}
         return any(places > share for holder, places in held.items() if holder in flooding)

@@ -12,7 +12,7 @@ measured fastest on this machine (runtimes/choice.py), served from a folder of t
 (runtimes/served_repository.py), so that no start changes what another serves; then this process
 becomes `bentoml serve`, keeping its PID. With `--grpc` it becomes `bentoml serve-grpc`
 instead, with the same settings and Triton runner, the gRPC configuration the
-settings imply (`Settings.bentoml_config_options`) added to BENTOML_CONFIG_OPTIONS, and
+settings imply (`command_lines.bentoml_config_options`) added to BENTOML_CONFIG_OPTIONS, and
 grpcio's I/O path chosen (GRPC_SERVER_EXPERIMENTS). Either way, without a tracing
 exporter no request span is made (serving/startup/tracing.py).
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 from model_catalog import Target
 from runtimes.choice import RuntimeChoiceError, choose_runtimes
 from runtimes.served_repository import served_repository
+from serving.startup.command_lines import bentoml_config_options, serve_arguments
 from serving.startup.remote_repository import check_s3_repository
 from serving.startup.settings import (
     MODEL_REPOSITORY,
@@ -66,7 +67,7 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
     if not argv or argv[0].startswith("-"):
         raise SettingsError(USAGE)
     target, *rest = argv
-    options, serve_arguments = split_arguments(rest)
+    options, passed_on = split_arguments(rest)
     # One port for Triton's metrics, chosen here: `bentoml serve` starts tritonserver with it, every API worker reads it.
     child_environment = dict(environment, **{TRITON_METRICS_PORT_VARIABLE: str(free_loopback_port())})
     if options:
@@ -75,7 +76,7 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
     settings = Settings.from_environment(child_environment)
     require_providers(settings.model_repository, settings.target)
     # The settings' items last: they win over the same keys in the inherited options.
-    bentoml_options = [environment.get(BENTOML_CONFIG_OPTIONS, ""), *settings.bentoml_config_options(grpc)]
+    bentoml_options = [environment.get(BENTOML_CONFIG_OPTIONS, ""), *bentoml_config_options(settings, grpc)]
     child_environment[BENTOML_CONFIG_OPTIONS] = " ".join(option for option in bentoml_options if option)
     if grpc:
         # BentoML 1.4.39 starts serve-grpc's metrics server without the directory where its API workers write their
@@ -84,8 +85,8 @@ def serve_command(argv: Sequence[str], environment: Mapping[str, str]) -> tuple[
         child_environment.setdefault(GRPC_EXPERIMENTS_VARIABLE, GRPC_SERVER_EXPERIMENTS)
     child_environment.update(untraced_environment(child_environment))
     serve = "serve-grpc" if grpc else "serve"
-    command = [sys.executable, "-m", "bentoml", serve, target, "--production", *settings.serve_arguments()]
-    return command + serve_arguments, child_environment
+    command = [sys.executable, "-m", "bentoml", serve, target, "--production", *serve_arguments(settings)]
+    return command + passed_on, child_environment
 
 
 def prometheus_directory(environment: Mapping[str, str]) -> str:

@@ -182,10 +182,6 @@ ALL_SETTINGS = (
 )  # fmt: skip
 
 
-BENTOML_DEADLINE_MARGIN_S = 30
-"""How long after this service's own deadline BentoML's cuts a request: time for the 504 to be written."""
-
-
 @dataclass(frozen=True)
 class Settings:
     host: str
@@ -283,60 +279,6 @@ class Settings:
         return tuple(
             name for name, model in MODELS.items() if any(model.triton_name(graph.role) in named for graph in model.graphs)
         )
-
-    def graphs_of(self, name: str) -> list[str]:
-        """The Triton models of catalogued model `name` to load: every required graph, and each optional one (a head)
-        that a local repository has; a remote repository is not listed here, and must hold them all."""
-        description = MODELS[name]
-        local = not self.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES)
-        return [
-            description.triton_name(graph.role)
-            for graph in description.graphs
-            if not (graph.optional and local and not (Path(self.model_repository) / description.triton_name(graph.role)).is_dir())
-        ]
-
-    def triton_arguments(self) -> list[str]:
-        """tritonserver arguments for the runner's `cli_args` (it adds the repository, port and loopback address)."""
-        arguments = ["--allow-metrics=false"]
-        if self.triton_metrics_port is not None:  # loopback only: the service's GET /metrics carries them
-            arguments = ["--allow-metrics=true", "--metrics-address=127.0.0.1", f"--metrics-port={self.triton_metrics_port}"]
-        # A model that fails to load leaves tritonserver up, not ready (strict readiness: /readyz answers 503), with
-        # the reason in its log and the other models loaded; tritonserver's default exits, and the runner restarted it
-        # in a loop that loaded every model again each time.
-        arguments.append("--exit-on-error=false")
-        if self.target is not Target.CPU:
-            arguments.append(f"--model-config-name={self.target.value}")
-        # Triton loads and unloads models once started only under explicit model control (BIONEMO_MODELS, the admin
-        # endpoints); otherwise nothing can make it, not even a process on this host that reaches its loopback port.
-        if self.models is not None:
-            arguments.append("--model-control-mode=explicit")
-            arguments += [f"--load-model={triton_model}" for name in self.models for triton_model in self.graphs_of(name)]
-        elif self.admin_token is not None:
-            arguments += ["--model-control-mode=explicit", "--load-model=*"]
-        return arguments + [option.argument() for option in self.triton_options]
-
-    def serve_arguments(self) -> list[str]:
-        """`bentoml serve` (and `serve-grpc`) options that come from the settings."""
-        arguments = ["--host", self.host, "--port", str(self.port)]
-        if self.api_workers is not None:
-            arguments += ["--api-workers", str(self.api_workers)]
-        return arguments
-
-    def bentoml_config_options(self, grpc: bool) -> list[str]:
-        """BentoML configuration (`BENTOML_CONFIG_OPTIONS` items): BentoML's own deadline past this service's
-        (BIONEMO_REQUEST_TIMEOUT_S), whose 504 says what ran out; its default, 60 s, cut a 1,000-residue scan
-        given an hour with "Not able to process the request in 60 seconds". For `bentoml serve-grpc` also: messages
-        up to BIONEMO_MAX_REQUEST_BYTES each way (larger: RESOURCE_EXHAUSTED), server reflection on, and the
-        Prometheus metrics server on the API's host instead of BentoML's default 0.0.0.0."""
-        deadline = [f"api_server.traffic.timeout={self.request_timeout_s + BENTOML_DEADLINE_MARGIN_S:g}"]
-        if not grpc:
-            return deadline
-        return deadline + [
-            f"api_server.grpc.max_message_length={self.max_request_bytes}",
-            "api_server.grpc.reflection.enabled=true",
-            f"api_server.grpc.metrics.host={self.host}",
-            f"api_server.grpc.metrics.port={self.grpc_metrics_port}",
-        ]
 
 
 def _triton_metrics_port(raw: str) -> int | None:

@@ -7,8 +7,6 @@ explicit model control only some of its models are loaded.
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -31,39 +29,7 @@ from model_catalog import (
     Precision,
     recorded_exports,
 )
-
-
-TIMED_SHAPE = re.compile(r"(\d+)x(\d+)$")
-
-
-@dataclass(frozen=True)
-class RuntimeRecord:
-    """What runs one graph and why, as its config records it (runtimes.choice chooses it; a start serves it from runtimes.served_repository)."""
-
-    triton_model: str
-    runtime: str
-    """onnxruntime, onnxruntime-fused, torchscript or openvino."""
-    chosen_by: str
-    """`measurement`, `BIONEMO_RUNTIME`, or `default` (onnxruntime, not timed)."""
-    cpu: str | None = None
-    threads: int | None = None
-    total_ms: dict[str, float] = field(default_factory=dict)
-    """Each runtime's milliseconds over the timed batch shapes."""
-    grown_mib: dict[str, float] = field(default_factory=dict)
-    """How many MiB each runtime's memory grew over its timed runs."""
-    milliseconds: dict[str, float] = field(default_factory=dict)
-    """The chosen runtime's time on each timed batch shape, `<rows>x<tokens>`: what a request's cost is estimated
-    from (serving/engine/cost.py)."""
-
-    @cached_property
-    def timed_shapes(self) -> tuple[tuple[int, int, float], ...]:
-        """(rows, tokens, milliseconds) of each timed shape (`<rows>x<tokens>`; the decoder's `generation
-        <rows>x<tokens>`: rows generating that many tokens), read once: every request's estimate reads them."""
-        return tuple(
-            (int(shape.group(1)), int(shape.group(2)), ms)
-            for name, ms in self.milliseconds.items()
-            if (shape := TIMED_SHAPE.search(name))
-        )
+from runtimes.record import RuntimeRecord
 
 
 @dataclass(frozen=True)
@@ -109,20 +75,7 @@ class TritonGraph:
     def runtime(self) -> RuntimeRecord:
         """The runtime the config records (runtimes.choice) and its timings; onnxruntime where none is. Read once:
         every score request's time estimate reads it (serving/engine/cost.py)."""
-        parameters = self.config.parameters
-        if "runtime" not in parameters:
-            return RuntimeRecord(self.name, "onnxruntime", "default")
-        timings = json.loads(parameters["runtime_timings"].string_value)
-        return RuntimeRecord(
-            self.name,
-            parameters["runtime"].string_value,
-            timings["chosen_by"],
-            timings.get("cpu"),
-            timings.get("threads"),
-            timings.get("total_ms", {}),
-            timings.get("grown_mib", {}),
-            timings.get("milliseconds", {}),
-        )
+        return RuntimeRecord.from_parameters(self.name, self.config.parameters)
 
     def checkpoint(self) -> str | None:
         """Where the graph's weights came from, as its export recorded it (config parameter `checkpoint`):
@@ -181,11 +134,12 @@ class ServedModel:
     @property
     def weights(self) -> str | None:
         """Where the served weights came from, from its first graph's config (the encoder's; a model's graphs are
-        exported together): `random-init default`, `checkpoint: <name>`, or None where the config records nothing."""
+        exported together): the default's own record (`random-init default`, or weights trained here and their card),
+        `checkpoint: <name>`, or None where the config records nothing."""
         checkpoint = next(iter(self.graphs.values())).checkpoint()
         if checkpoint is None:
             return None
-        return RANDOM_INIT_WEIGHTS if checkpoint == RANDOM_INIT_WEIGHTS else f"checkpoint: {checkpoint}"
+        return checkpoint if checkpoint in (RANDOM_INIT_WEIGHTS, self.description.default_weights) else f"checkpoint: {checkpoint}"
 
     def graph(self, role: GraphRole) -> TritonGraph:
         return self.graphs[role]

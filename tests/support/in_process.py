@@ -5,6 +5,7 @@
 limits) on a stand-in for the BentoML service that keeps each route's descriptors and handler. A request goes the way
 BentoML hands it on: the input descriptor's `from_http_request` (media type, size, validation), the endpoint
 (admission, a `ServiceError` answered), and the output descriptor's `to_http_response` (status, headers, body).
+`assert_rejected` holds an answer to the service's one error shape.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from serving.engine.engine import Engine
 from serving.engine.limits import RequestLimits
 from serving.engine.scheduler import Scheduler
+from serving.errors import ERROR_TYPES, HTTP_STATUS
 from serving.fronts.admission import Admission
 from serving.fronts.bentoml.endpoints import Endpoints
 from serving.fronts.dataframe import routes as dataframe_api
@@ -41,6 +43,8 @@ from support.fake_runner import FakeRunner
 
 
 _ANSWERING: ContextVar[Request] = ContextVar("answering")
+STATUS_OF_TYPE = {name: int(HTTP_STATUS[error]) for error, name in ERROR_TYPES.items()}
+"""Each error type's HTTP status (serving/errors.py's table): what an error's `type` must agree with."""
 
 
 @dataclass(frozen=True)
@@ -116,14 +120,25 @@ class Answer:
         return self.json()["error"]
 
 
+def assert_rejected(answer: Answer, status: int, field: str, message: str) -> dict[str, Any]:
+    """`answer` is a `status` whose error names `field` with `message` in its reason; the error, to check further."""
+    assert answer.status == status, answer.body
+    error = answer.error
+    assert STATUS_OF_TYPE[error["type"]] == status  # the status is its type's, serving/errors.py's table
+    assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
+    assert any(d["field"] == field and message in d["message"] for d in error["details"]), error
+    return error
+
+
 def engine_over(
     runner: FakeRunner,
     max_sequences: int = int(MAX_SEQUENCES.default),
     max_score_passes: int = int(MAX_SCORE_PASSES.default),
     request_seconds: float | None = None,
+    max_request_bytes: int = int(MAX_BODY.default),
 ) -> Engine:
     """An Engine (and its registry) over `runner`, as service.py builds it."""
-    limits = RequestLimits(max_sequences, max_score_passes, request_seconds)
+    limits = RequestLimits(max_sequences, max_score_passes, max_request_bytes, request_seconds)
     scheduler = Scheduler(int(MAX_RUNNING.default), float(REQUEST_TIMEOUT.default))
     return Engine(runner, ModelRegistry(runner), limits, scheduler)
 
@@ -142,7 +157,7 @@ class InProcessService:
         admin_token: str | None = None,
     ) -> None:
         self.runner = runner or FakeRunner()
-        self.engine = engine_over(self.runner, max_sequences, max_score_passes)
+        self.engine = engine_over(self.runner, max_sequences, max_score_passes, max_request_bytes=max_request_bytes)
         self.registry = self.engine.encoder.registry
         service = RecordingService()
         admission = Admission(int(MAX_IN_FLIGHT.default), float(REQUEST_TIMEOUT.default), http_request=_ANSWERING.get)
@@ -152,7 +167,7 @@ class InProcessService:
         molmim_api.mount(endpoint, self.engine, max_request_bytes)
         dataframe_api.mount(endpoint, self.engine, max_request_bytes)
         if admin_token is not None:
-            native_api.mount_admin(endpoint, self.registry, admin_token, max_request_bytes)
+            native_api.mount_admin(endpoint, self.registry, self.engine.limits, admin_token)
         self.routes = service.routes
 
     async def call(

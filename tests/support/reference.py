@@ -18,6 +18,19 @@ from support.paths import CHECKPOINTS
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 Substitution = tuple[int, str, str]
 """(0-based position, wild type, mutant)."""
+TOLERANCE = 1e-4
+"""The most a float the service answers may differ from transformers' on the same weights (other kernels, batching)."""
+
+
+def mixed_sequences(model: str) -> list[str]:
+    """Lengths from 1 to the model's limit, lower case and rare residues, all in one request."""
+    limit = MODELS[model].max_length
+    return ["MSLKRKNIALIPAAGIGVRFGADKPKQYVEIGSKTVLEHVL", "M", "mkTAyiakqr", "A" * limit, "XBUZOWC"]
+
+
+def proteins(rng: np.random.Generator, lengths: list[int]) -> list[str]:
+    """Random proteins of the 20 amino acids, one of each length."""
+    return ["".join(rng.choice(list(AMINO_ACIDS), size=length)) for length in lengths]
 
 
 class TransformersReference:
@@ -150,3 +163,9 @@ class TransformersReference:
         tokens = self.tokenizer(sequence.upper(), return_tensors="pt")
         with torch.inference_mode():
             return self.eager.predict_contacts(tokens["input_ids"], tokens["attention_mask"])[0].numpy()
+
+
+def greedy_reference(reference: TransformersReference, hiddens: np.ndarray, mask: np.ndarray, steps: int) -> list[str]:
+    """transformers' greedy token ids, written out as SMILES the way the service writes its own."""
+    detokenizer = SmilesTokenizer(max_tokens=510)
+    return [detokenizer.decode(np.asarray(ids)) for ids in reference.greedy(hiddens, mask, steps)]

@@ -118,6 +118,15 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 45) -> None:
     process.wait()
 
 
+def triton_processes() -> set[int]:
+    """What `ps -ef | grep triton` lists: tritonserver, its wrapper and the python-backend stubs."""
+    found = set()
+    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+        if "triton" in f"{process.info['name']} {' '.join(process.info['cmdline'] or [])}":
+            found.add(process.info["pid"])
+    return found - {os.getpid()}
+
+
 def start_service(
     command: list[str], cwd: Path, environment: dict[str, str], grpc: bool = False, ready: bool = True
 ) -> RunningService:

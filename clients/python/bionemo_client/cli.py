@@ -11,8 +11,9 @@
 
 Inputs: FASTA, CSV/TSV or Parquet with `id` and `sequence` (or `smiles`) columns, `.smi`, text one per line.
 A record the service refuses goes to OUTPUT's errors file (`out.errors.csv`: id, line, reason) and the rest goes
-on. A run stopped at any point resumes when started again with the same command. Exit status: 0 done (records
-refused or not), 1 the job stopped (run it again to resume), 2 a usage or input error.
+on. A run stopped at any point resumes when started again with the same command. Exit status: 0 every record done,
+1 the job stopped (run it again to resume), 2 a usage or input error, 3 done but records refused (see the errors
+file; as rsync's partial transfer, so that a pipeline does not go on as if the output were whole).
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ import pyarrow as pa
 from bionemo_client.client import Client
 from bionemo_client.jobs import JobFailed
 from bionemo_client.journal import JournalMismatch
-from bionemo_client.records import FORMATS, InputError
+from bionemo_client.records import FORMATS, InputError, file_format
 from bionemo_client.service import ServiceError
+
+
+PARTIAL = 3
+"""The exit status of a job that finished with records refused."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
     embed = commands.add_parser("embed", parents=[common], help="an embedding per protein or SMILES")
     embed.add_argument("input", type=Path)
-    embed.add_argument("--model", default=None, help="default: esm2nv (megamolbart for .smi input)")
+    embed.add_argument("--model", default=None, help="default: esm2nv (megamolbart for .smi, .smi.gz or --format smi)")
     embed.add_argument("--layers", type=int, nargs="+", help="hidden-state layers (0: embeddings, -1: the last)")
     embed.add_argument("--pooling", choices=["mean", "cls"], default="mean")
     embed.add_argument("--normalize", action="store_true", help="unit-length embeddings")
@@ -92,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run(client: Client, args: argparse.Namespace) -> Any:
     job = {"format": args.format, "restart": args.restart, "progress": args.progress}
     if args.command == "embed":
-        model = args.model or ("megamolbart" if args.input.suffix.lower() == ".smi" else "esm2nv")
+        model = args.model or ("megamolbart" if file_format(args.input, args.format) == "smi" else "esm2nv")
         return client.embed_file(args.input, args.output, model=model, layers=args.layers, pooling=args.pooling,
                                  normalize=args.normalize, per_token=args.per_token, **job)  # fmt: skip
     if args.command == "logits":
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return 130
     print(summary.line(), file=sys.stderr)
-    return 0
+    return PARTIAL if summary.failed else 0
 
 
 if __name__ == "__main__":

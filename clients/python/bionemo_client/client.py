@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,8 @@ from bionemo_client import jobs, outputs
 from bionemo_client.records import InputError, Record, count, file_format, read, read_latents
 from bionemo_client.service import Service
 from bionemo_client.tasks import Contacts, Decode, Embed, Generate, Hidden, Logits, Scan, Task, Variants
+
+TaskT = TypeVar("TaskT", bound=Task)
 
 PROTEIN_MODEL = "esm2nv"
 MOLECULE_MODEL = "megamolbart"
@@ -36,7 +39,7 @@ class Client:
                  timeout: float = 600.0, client_id: str | None = None) -> None:  # fmt: skip
         self.service = Service(url, retries=retries, timeout=timeout, connections=2 * concurrency, client_id=client_id)
         self.concurrency = concurrency
-        self._models: dict[str, dict[str, Any]] | None = None
+        self._listing: dict[str, Any] | None = None
 
     def close(self) -> None:
         self.service.close()
@@ -48,10 +51,24 @@ class Client:
         self.close()
 
     def models(self) -> dict[str, dict[str, Any]]:
-        """GET /models, by name."""
-        if self._models is None:
-            self._models = {model["name"]: model for model in self.service.get("/models")["models"]}
-        return self._models
+        """GET /models' served models, by name."""
+        return {model["name"]: model for model in self._models_listing()["models"]}
+
+    def limits(self) -> dict[str, Any]:
+        """GET /models' request limits: what one request may carry here (a service older than them publishes none)."""
+        return self._models_listing().get("limits", {})
+
+    def _models_listing(self) -> dict[str, Any]:
+        if self._listing is None:
+            self._listing = self.service.get("/models")
+        return self._listing
+
+    def within_limits(self, task: TaskT) -> TaskT:
+        """`task` with its chunks no larger than the service takes in one request."""
+        max_sequences = self.limits().get("max_sequences")
+        if max_sequences is None or max_sequences >= task.max_items:
+            return task
+        return dataclasses.replace(task, max_items=max_sequences)
 
     def reads_smiles(self, model: str) -> bool:
         """Whether `model` reads SMILES (sent as written) rather than proteins (sent in upper case)."""
@@ -66,7 +83,7 @@ class Client:
               pooling: str = "mean", normalize: bool = False) -> np.ndarray:  # fmt: skip
         """[n, dim] float32 ([n, layers, dim] with `layers`), in chunks within the service's limits; a refused
         sequence raises `JobFailed` naming it."""
-        task = Embed(model, layers=tuple(layers) if layers else None, pooling=pooling, normalize=normalize)
+        task = self.within_limits(Embed(model, layers=tuple(layers) if layers else None, pooling=pooling, normalize=normalize))
         normalize_text = str if self.reads_smiles(model) else str.upper
         records = (Record(i, str(i), normalize_text(text), i + 1) for i, text in enumerate(sequences))
         rows = []
@@ -133,7 +150,7 @@ class Client:
     def _run(self, task: Task, input: str | Path, output: str | Path, *, format: str | None = None,
              restart: bool = False, progress: bool | None = None, latents: bool = False,
              columns: tuple[str, ...] | None = None) -> jobs.Summary:  # fmt: skip
-        source, output = Path(input), Path(output)
+        source, output, task = Path(input), Path(output), self.within_limits(task)
         if latents:
             items, total = read_latents(source), None
         else:

@@ -36,6 +36,8 @@ class StandIn:
     """Answer 500 to every request after this many."""
     delay: float = 0.0
     """Seconds each /embed takes."""
+    max_sequences: int | None = None
+    """The limit GET /models publishes, and a request over it refused (422): none where None, as an older service."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -59,7 +61,8 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             models = [{"name": "esm2nv", "tokenizer": "esm"}, {"name": "megamolbart", "tokenizer": "smiles"}]
-            self._answer(200, {"models": models})
+            limits = {} if stand_in.max_sequences is None else {"limits": {"max_sequences": stand_in.max_sequences}}
+            self._answer(200, {"models": models, **limits})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -74,6 +77,9 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
             if refusal:
                 status, headers = refusal
                 return self._answer(status, {"error": {"type": "overloaded", "message": "busy", "details": []}}, headers)
+            if stand_in.max_sequences is not None and len(body["sequences"]) > stand_in.max_sequences:
+                problem = {"field": "sequences", "message": f"at most {stand_in.max_sequences} in one request"}
+                return self._answer(422, {"error": {"type": "invalid_request", "message": "no", "details": [problem]}})
             if body.get("model") != "esm2nv":
                 problem = {"field": "model", "message": "not served"}
                 return self._answer(422, {"error": {"type": "unknown_model", "message": "no", "details": [problem]}})

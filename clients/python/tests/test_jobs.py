@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import fcntl
+import gzip
 import os
 import pty
 import select
@@ -126,7 +127,7 @@ def test_kill_9_at_any_point_then_the_same_command_gives_the_uninterrupted_file(
     fasta(tmp_path / "in.fasta", 6000, bad=(11, 5500))
     command = cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "out.parquet"), "--concurrency", "2")
     whole = cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "whole.parquet"))
-    assert subprocess.run(whole, capture_output=True).returncode == 0
+    assert subprocess.run(whole, capture_output=True).returncode == 3  # done, two records refused
     stand_in.delay = 0.1  # a few seconds a run: a segment every 2 s
     partial = tmp_path / "out.parquet.partial"
 
@@ -144,7 +145,7 @@ def test_kill_9_at_any_point_then_the_same_command_gives_the_uninterrupted_file(
         assert segments() >= before + new_segments and not (tmp_path / "out.parquet").exists()
     stand_in.delay = 0.0
     finished = subprocess.run(command, capture_output=True, text=True)
-    assert finished.returncode == 0, finished.stderr
+    assert finished.returncode == 3, finished.stderr
     assert "from an earlier run" in finished.stderr
     assert (tmp_path / "out.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
     assert (tmp_path / "out.errors.csv").read_bytes() == (tmp_path / "whole.errors.csv").read_bytes()
@@ -154,7 +155,7 @@ def test_on_a_pipe_there_is_no_progress_bar_only_the_summary(stand_in, tmp_path:
     fasta(tmp_path / "in.fasta", 100, bad=(3,))
     done = subprocess.run(cli(stand_in, "embed", str(tmp_path / "in.fasta"), "-o", str(tmp_path / "o.parquet")),
                           capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0 and done.stdout == ""
+    assert done.returncode == 3 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith("embed: 99 done, 1 failed (see ") and "records/s" in line, line
 
@@ -196,3 +197,37 @@ def test_embed_in_memory_chunks_within_the_limits(stand_in) -> None:
     assert [len(body["sequences"]) for body in stand_in.bodies] == [64, 64, 22]
     with pytest.raises(JobFailed, match=r"sequences\[1\]: HTTP 422"):
         Client(stand_in.url).embed(["MKT", "MJK"])
+
+
+def test_chunks_are_sized_by_the_limit_the_service_publishes(stand_in, tmp_path: Path) -> None:
+    """A service limited to 8 sequences a request: the file's 100 records go 8 at a time, every one answered."""
+    stand_in.max_sequences = 8
+    proteins = fasta(tmp_path / "in.fasta", 100)
+    summary = Client(stand_in.url).embed_file(tmp_path / "in.fasta", tmp_path / "out.parquet")
+    assert (summary.records, summary.failed) == (100, 0)
+    assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [name for name, _ in proteins]
+    assert max(len(body["sequences"]) for body in stand_in.bodies) == 8
+    assert len(Client(stand_in.url).embed(["MKT"] * 20)) == 20
+
+
+def test_a_job_with_records_refused_exits_3_and_a_whole_one_0(stand_in, tmp_path: Path) -> None:
+    """As rsync's partial transfer: a pipeline must not go on as if the output held every record."""
+    fasta(tmp_path / "bad.fasta", 20, bad=(3,))
+    fasta(tmp_path / "good.fasta", 20)
+    partial = subprocess.run(cli(stand_in, "embed", str(tmp_path / "bad.fasta"), "-o", str(tmp_path / "b.parquet")),
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert partial.returncode == 3 and "19 done, 1 failed" in partial.stderr
+    whole = subprocess.run(cli(stand_in, "embed", str(tmp_path / "good.fasta"), "-o", str(tmp_path / "g.parquet")),
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+
+
+@pytest.mark.parametrize(("name", "given"), [("in.smi.gz", None), ("in.txt", "smi")])
+def test_smiles_files_go_to_the_molecule_model(stand_in, tmp_path: Path, name: str, given: str | None) -> None:
+    """`.smi.gz` and `--format smi` are molecules as `.smi` is: embed sends them to megamolbart."""
+    path = tmp_path / name
+    text = "CCO ethanol\nc1ccccc1 benzene\n"
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    subprocess.run(cli(stand_in, "embed", str(path), "-o", str(tmp_path / "o.parquet"), *(["--format", given] if given else [])),
+                   capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert [body["model"] for body in stand_in.bodies] == ["megamolbart"]

@@ -10,17 +10,15 @@ in /docs.json, so that BentoML's own clients can call every API.
 
 The same descriptors serve `bentoml serve-grpc`'s `BentoService/Call`: `from_proto` reads the request's `json`
 (or `serialized_bytes`, JSON text) and `ndarray` fields through the same validation as an HTTP body, and
-`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml/grpc_server.py). The DataFrame
-descriptors are HTTP's alone (Parquet, JSON records or CSV bodies): over gRPC they answer a typed error.
+`to_proto` answers a `ServiceError` with its gRPC code (serving/fronts/bentoml/grpc_server.py). The admin
+endpoints' descriptors are admin.py's, the DataFrame ones serving/fronts/dataframe/tables.py's.
 """
 
 from __future__ import annotations
 
-import hmac
-import io
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import bentoml
 import numpy as np
@@ -36,19 +34,13 @@ from serving.errors import (
     MalformedBody,
     PayloadTooLarge,
     ServiceError,
-    Unauthorized,
     UnsupportedMediaType,
     error_body,
     error_headers,
     http_status,
 )
-from serving.fronts.bentoml.grpc_server import GrpcErrorReply, invocation_metadata
+from serving.fronts.bentoml.grpc_server import GrpcErrorReply
 from serving.fronts.bentoml.proto_values import to_value
-
-if TYPE_CHECKING:
-    import pandas as pd
-    import pyarrow
-
 
 def field_path(location: tuple[str | int, ...]) -> str:
     """('sequences', 2) -> 'sequences[2]'; the empty location is the whole body."""
@@ -72,7 +64,7 @@ def _media_type_error(request: Request) -> ServiceError | None:
     return None
 
 
-async def _body(request: Request, limit: int) -> bytes | ServiceError:
+async def read_body(request: Request, limit: int) -> bytes | ServiceError:
     """The body, or a 413 as soon as it is known to be over `limit` bytes: from Content-Length, or while reading a
     chunked one; nothing past the limit is read into memory."""
     too_large = PayloadTooLarge.at("body", f"is over the limit of {limit:,} bytes (BIONEMO_MAX_REQUEST_BYTES)")
@@ -88,7 +80,7 @@ async def _body(request: Request, limit: int) -> bytes | ServiceError:
     return b"".join(chunks)
 
 
-class _PublishesBentoMLSpec:
+class PublishesBentoMLSpec:
     """Mixin for every descriptor here: its `x-bentoml-io-descriptor` in /docs.json is that of the BentoML descriptor
     it extends, whose wire format it keeps.
 
@@ -113,7 +105,7 @@ class _PublishesBentoMLSpec:
         return spec
 
 
-class _ReadsBody:
+class ReadsBody:
     """Mixin for the input descriptors that read a body: one over `max_bytes` (BIONEMO_MAX_REQUEST_BYTES, handed in at
     start-up) is a 413."""
 
@@ -141,13 +133,13 @@ def _proto_json(field: struct_pb2.Value | bytes) -> bytes:
     return json.dumps(_integral_numbers(json_format.MessageToDict(field)), allow_nan=False).encode()
 
 
-class ValidatedJSON(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.JSON):
+class ValidatedJSON(PublishesBentoMLSpec, ReadsBody, bentoml.io.JSON):
     """A pydantic-typed JSON input that yields either the parsed request or the `ServiceError` explaining why not."""
 
     async def from_http_request(self, request: Request) -> BaseModel | ServiceError:
         if error := _media_type_error(request):
             return error
-        body = await _body(request, self.max_bytes)
+        body = await read_body(request, self.max_bytes)
         if isinstance(body, ServiceError):
             return body
         return self.validated(body)
@@ -166,13 +158,13 @@ class ValidatedJSON(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.JSON):
             return validation_error(error)
 
 
-class ValidatedNdarray(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.NumpyNdarray):
+class ValidatedNdarray(PublishesBentoMLSpec, ReadsBody, bentoml.io.NumpyNdarray):
     """A JSON array of numbers, rectangular, finite and of the declared rank; or the `ServiceError` saying why not."""
 
     async def from_http_request(self, request: Request) -> np.ndarray | ServiceError:
         if error := _media_type_error(request):
             return error
-        body = await _body(request, self.max_bytes)
+        body = await read_body(request, self.max_bytes)
         if isinstance(body, ServiceError):
             return body
         try:
@@ -201,7 +193,7 @@ class ValidatedNdarray(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.NumpyNdarra
         return array
 
 
-class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON):
+class NoInput(PublishesBentoMLSpec, bentoml.io.JSON):
     """For endpoints that take nothing: answers GET (and POST, which the OpenAPI document shows)."""
 
     HTTP_METHODS = ("GET", "POST")
@@ -213,46 +205,7 @@ class NoInput(_PublishesBentoMLSpec, bentoml.io.JSON):
         return None
 
 
-def _carries_token(authorization: str, expected: str) -> bool:
-    """`authorization` (the HTTP header, or the gRPC metadata of that name) is `Bearer <expected>`."""
-    scheme, _, credentials = authorization.partition(" ")
-    # in constant time
-    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), expected.encode())
-
-
-_NO_ADMIN_TOKEN = Unauthorized.at(
-    "authorization", "admin endpoints need `Authorization: Bearer <BIONEMO_ADMIN_TOKEN>` (HTTP header or gRPC metadata)"
-)
-
-
-class _AdminOnly:
-    """Mixin for the admin endpoints' input descriptors: without the admin token (BIONEMO_ADMIN_TOKEN, handed in at
-    start-up) a 401, before the body is read."""
-
-    def __init__(self, *, token: str, **options: Any) -> None:
-        super().__init__(**options)
-        self.token = token
-
-    async def from_http_request(self, request: Request) -> Any:
-        if not _carries_token(request.headers.get("authorization", ""), self.token):
-            return _NO_ADMIN_TOKEN
-        return await super().from_http_request(request)  # type: ignore[misc]
-
-    async def from_proto(self, field: Any) -> Any:
-        if not _carries_token(invocation_metadata().get("authorization", ""), self.token):
-            return _NO_ADMIN_TOKEN
-        return await super().from_proto(field)  # type: ignore[misc]
-
-
-class AdminJSON(_AdminOnly, ValidatedJSON):
-    pass
-
-
-class AdminNoInput(_AdminOnly, NoInput):
-    pass
-
-
-class _RendersErrors:
+class RendersErrors:
     """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
 
     `error_shape` writes the body: the service's own shape, or another API dialect's (serving/fronts/openai/routes.py);
@@ -272,7 +225,7 @@ class _RendersErrors:
         return await super().to_proto(obj)  # type: ignore[misc]
 
 
-class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
+class JSONOutput(PublishesBentoMLSpec, RendersErrors, bentoml.io.JSON):
     """A pydantic answer serialised by pydantic itself (Rust), not BentoML's `model_dump` + `json.dumps`.
 
     The same values (exponents written e-6, not e-06) in 15 instead of 114 us for one 320-float embedding,
@@ -292,138 +245,5 @@ class JSONOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.JSON):
         return await super().to_proto(obj)
 
 
-class NdarrayOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.NumpyNdarray):
+class NdarrayOutput(PublishesBentoMLSpec, RendersErrors, bentoml.io.NumpyNdarray):
     pass
-
-
-PARQUET, JSON_RECORDS, CSV = "application/vnd.apache.parquet", "application/json", "text/csv"
-DATAFRAME_MEDIA_TYPES = {PARQUET: PARQUET, "application/octet-stream": PARQUET, JSON_RECORDS: JSON_RECORDS, CSV: CSV}
-"""What a DataFrame body may be sent as, by its content type, as BentoML's `PandasDataFrame` reads them (it takes
-octet-stream for Parquet); a body without a content type is Parquet, what BentoML's clients and run_in_spark send."""
-
-
-MAX_ROW_PROBLEMS = 20
-"""Most problems one error about a frame's rows names (thousands of rows may be at fault); it says how many more."""
-
-
-def rows_at_fault(problems: list[FieldProblem]) -> InvalidRequest:
-    """The 422 naming the first MAX_ROW_PROBLEMS of `problems` (fields `rows[i]...`), and how many more there are."""
-    named = problems[:MAX_ROW_PROBLEMS]
-    if len(problems) > len(named):
-        named.append(FieldProblem("rows", f"{len(problems) - len(named)} more problems not listed"))
-    return InvalidRequest(named)
-
-
-PARQUET_BATCH_ROWS = 1024
-"""Rows of a Parquet body decoded at a time, its size counted after each."""
-
-
-def _parquet_frame(body: bytes, max_bytes: int) -> pd.DataFrame | ServiceError:
-    """The frame of a Parquet file, or why not. Its data is read a batch of rows at a time, and one that holds more than
-    `max_bytes` (decoded, as it would be in memory) is a 413, read no further: a few compressed bytes may hold a table
-    of any size."""
-    import pyarrow
-    import pyarrow.parquet
-
-    try:
-        parquet = pyarrow.parquet.ParquetFile(pyarrow.BufferReader(body))
-        batches, size = [], 0
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            size += batch.nbytes
-            if size > max_bytes:
-                return PayloadTooLarge.at(
-                    "body", f"holds over {max_bytes:,} bytes of data, the limit (BIONEMO_MAX_REQUEST_BYTES)"
-                )
-            batches.append(batch)
-        return pyarrow.Table.from_batches(batches, schema=parquet.schema_arrow).to_pandas()
-    except (pyarrow.ArrowException, ValueError, OSError, TypeError, NotImplementedError) as error:
-        return MalformedBody.at("body", f"not a Parquet file pandas can read: {error}")
-
-
-def _json_records_frame(body: bytes) -> pd.DataFrame | ServiceError:
-    """The frame of JSON records, `[{"column": value, ...}, ...]`, every value as JSON has it (no type inference: an
-    id "007" stays a string); a column a record lacks is null there."""
-    import pandas as pd
-
-    try:
-        records = json.loads(body)
-    except ValueError as error:
-        return MalformedBody.at("body", f"not valid JSON: {error}")
-    if not isinstance(records, list):
-        return InvalidRequest.at("body", "should be a list of rows, [{\"column\": value, ...}, ...] (records)")
-    not_objects = [
-        FieldProblem(f"rows[{row}]", "should be an object of column values")
-        for row, record in enumerate(records)
-        if not isinstance(record, dict)
-    ]
-    if not_objects:
-        return rows_at_fault(not_objects)
-    columns = list(dict.fromkeys(key for record in records for key in record))
-    return pd.DataFrame(records, columns=columns, dtype=object)
-
-
-def _csv_frame(body: bytes) -> pd.DataFrame | ServiceError:
-    """The frame of CSV text with a header row, every value a string as written."""
-    import pandas as pd
-
-    try:
-        return pd.read_csv(io.BytesIO(body), dtype=str, keep_default_na=False)
-    except (ValueError, UnicodeDecodeError) as error:  # pandas' ParserError and EmptyDataError are ValueErrors
-        return MalformedBody.at("body", f"not CSV pandas can read: {error}")
-
-
-class ValidatedDataFrame(_PublishesBentoMLSpec, _ReadsBody, bentoml.io.PandasDataFrame):
-    """A table in the wire formats of BentoML's `PandasDataFrame`: Parquet (its `default_format` here, what
-    BentoML's HTTP client, and so `bentoml.batch.run_in_spark`, sends), JSON records or CSV, by the content type.
-    Yields the pandas DataFrame, or the `ServiceError` saying why there is none; the route checks its columns and
-    values. pandas and pyarrow are imported at the first such body, not in every API worker at start-up."""
-
-    async def from_http_request(self, request: Request) -> pd.DataFrame | ServiceError:
-        media_type = request.headers.get("content-type", PARQUET).split(";")[0].strip().lower()
-        if media_type not in DATAFRAME_MEDIA_TYPES:
-            return UnsupportedMediaType.at(
-                "content-type",
-                f"{media_type!r} is not accepted; send Parquet ({PARQUET}), JSON records ({JSON_RECORDS}) or CSV "
-                f"({CSV})",
-            )
-        body = await _body(request, self.max_bytes)
-        if isinstance(body, ServiceError):
-            return body
-        return self.validated(body, DATAFRAME_MEDIA_TYPES[media_type])
-
-    def validated(self, body: bytes, media_type: str) -> pd.DataFrame | ServiceError:
-        """The frame `body` holds, sent as `media_type` (one of DATAFRAME_MEDIA_TYPES' values)."""
-        if media_type == PARQUET:
-            return _parquet_frame(body, self.max_bytes)
-        if media_type == JSON_RECORDS:
-            return _json_records_frame(body)
-        return _csv_frame(body)
-
-    async def from_proto(self, field: Any) -> ServiceError:
-        return InvalidRequest.at("body", "a DataFrame is taken over HTTP only (Parquet, JSON records or CSV)")
-
-    def openapi_request_body(self) -> dict[str, Any]:
-        """Every media type it reads, with the same schema (BentoML's lists its default format alone)."""
-        body = super().openapi_request_body()
-        (described,) = body["content"].values()
-        body["content"] = {media_type: described for media_type in (PARQUET, JSON_RECORDS, CSV)}
-        return body
-
-
-class DataFrameOutput(_PublishesBentoMLSpec, _RendersErrors, bentoml.io.PandasDataFrame):
-    """A table answered in BentoML's `PandasDataFrame` wire format (Parquet by `default_format`: float32 columns stay
-    float32), a `ServiceError` in the one JSON error shape. Beside `bentoml.batch.run_in_spark` it makes the Arrow
-    record batch of the answer, which Spark reads with the `output_schema` it is given (docs/spark.md)."""
-
-    def to_arrow(self, df: pd.DataFrame) -> pyarrow.RecordBatch:
-        """The answer's columns alone: no pandas index column beside them, whatever the index."""
-        import pyarrow
-
-        return pyarrow.RecordBatch.from_pandas(df, preserve_index=False)
-
-    def spark_schema(self) -> Any:
-        """BentoML 1.4.39's `PandasDataFrame.spark_schema` always raises; so does this, saying what to do instead."""
-        raise BentoMLException(
-            "pass output_schema= to bentoml.batch.run_in_spark: this API answers the columns "
-            f"{', '.join(self._columns or [])} (docs/spark.md gives the StructType)"
-        )

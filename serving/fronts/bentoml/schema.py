@@ -32,7 +32,8 @@ from pydantic import TypeAdapter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.fronts.bentoml.descriptors import JSON_RECORDS, NoInput
+from serving.fronts.bentoml.descriptors import NoInput
+from serving.fronts.dataframe.tables import JSON_RECORDS
 
 if t.TYPE_CHECKING:
     import bentoml

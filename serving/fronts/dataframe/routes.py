@@ -24,8 +24,8 @@ import numpy as np
 from serving.engine.engine import Engine
 from serving.engine.inputs import EmbedInput
 from serving.errors import FieldProblem, InvalidRequest, ServiceError
-from serving.fronts.bentoml.descriptors import DataFrameOutput, ValidatedDataFrame, rows_at_fault
 from serving.fronts.bentoml.endpoints import Endpoints
+from serving.fronts.dataframe.tables import DataFrameOutput, ValidatedDataFrame, rows_at_fault
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -279,8 +279,18 @@ class ModelInfo(BaseModel):
     runtimes: list[GraphRuntime] = Field(description="What runs each of the model's Triton models, and why.")
 
 
+class RequestLimitsInfo(BaseModel):
+    """What one request may ask of this service, whatever its endpoint: a client sizes its chunks by these."""
+
+    max_sequences: int = Field(description="Most sequences, SMILES or latents in one request.")
+    max_score_passes: int = Field(description="Most model passes one score request may take.")
+    max_request_bytes: int = Field(description="Largest request body read; a larger one is a 413.")
+    request_timeout_s: float | None = Field(description="The server's deadline of a request; a client may send a shorter one.")
+
+
 class ModelsResponse(BaseModel):
     models: list[ModelInfo]
+    limits: RequestLimitsInfo
 
 
 CatalogName = Literal[tuple(MODELS)]  # type: ignore[valid-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from serving.engine.limits import RequestLimits
 from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
 from serving.fronts.array_encoding import encode_arrays
 from serving.fronts.native.protocol import (
@@ -19,10 +20,12 @@ from serving.fronts.native.protocol import (
     ModelsResponse,
     RepositoryEntry,
     RepositoryResponse,
+    RequestLimitsInfo,
     ScoreResponse,
     VectorsRequest,
 )
-from serving.triton.models import RuntimeRecord, ServedModel
+from runtimes.record import RuntimeRecord
+from serving.triton.models import ServedModel
 from serving.triton.registry import GraphState
 
 
@@ -102,8 +105,14 @@ def generate_response(generated: Generated) -> GenerateResponse:
     return GenerateResponse.model_validate(generated, from_attributes=True)
 
 
-def models_response(served: list[ServedModel]) -> ModelsResponse:
+def models_response(served: list[ServedModel], limits: RequestLimits) -> ModelsResponse:
     return ModelsResponse(
+        limits=RequestLimitsInfo(
+            max_sequences=limits.max_sequences,
+            max_score_passes=limits.max_score_passes,
+            max_request_bytes=limits.max_request_bytes,
+            request_timeout_s=limits.request_seconds,
+        ),
         models=[
             ModelInfo(
                 name=model.name,

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from model_catalog import MODELS
 from serving.engine.engine import Engine
+from serving.engine.limits import RequestLimits
 from serving.errors import ServiceError
 from serving.engine.inputs import (
     MEGAMOLBART,
@@ -23,9 +24,8 @@ from serving.engine.inputs import (
     ScoreInput,
     SequencesInput,
 )
+from serving.fronts.bentoml.admin import AdminJSON, AdminNoInput
 from serving.fronts.bentoml.descriptors import (
-    AdminJSON,
-    AdminNoInput,
     JSONOutput,
     NdarrayOutput,
     NoInput,
@@ -124,13 +124,14 @@ def mount(endpoint: Endpoints, engine: Engine, registry: ModelRegistry, max_requ
 
     @endpoint("/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
     async def models(_: None) -> ModelsResponse:
-        """The served models: version, capabilities, length limit, hidden size, tokenizer."""
-        return render.models_response(await registry.served_now())
+        """The served models (version, capabilities, length limit, hidden size, tokenizer) and the request limits."""
+        return render.models_response(await registry.served_now(), engine.limits)
 
 
-def mount_admin(endpoint: Endpoints, registry: ModelRegistry, admin_token: str, max_request_bytes: int) -> None:
-    """Register the admin routes, which answer 401 to a request without `Authorization: Bearer <admin_token>`."""
-    admin_body = functools.partial(AdminJSON, token=admin_token, max_bytes=max_request_bytes)
+def mount_admin(endpoint: Endpoints, registry: ModelRegistry, limits: RequestLimits, admin_token: str) -> None:
+    """Register the admin routes, which answer 401 to a request without `Authorization: Bearer <admin_token>`; they
+    answer the served models as GET /models does, `limits` included."""
+    admin_body = functools.partial(AdminJSON, token=admin_token, max_bytes=limits.max_request_bytes)
 
     @endpoint("/admin/repository", AdminNoInput(token=admin_token), JSONOutput(pydantic_model=RepositoryResponse))
     async def admin_repository(_: None) -> RepositoryResponse:
@@ -141,10 +142,10 @@ def mount_admin(endpoint: Endpoints, registry: ModelRegistry, admin_token: str, 
     async def admin_load(request: AdminModelRequest) -> ModelsResponse:
         """Admin: load (or reload from the repository) every Triton model of a catalogued model; the served models."""
         await registry.load(MODELS[request.model])
-        return render.models_response(await registry.served_now())
+        return render.models_response(await registry.served_now(), limits)
 
     @endpoint("/admin/unload", admin_body(pydantic_model=AdminModelRequest), JSONOutput(pydantic_model=ModelsResponse))
     async def admin_unload(request: AdminModelRequest) -> ModelsResponse:
         """Admin: unload every Triton model of a catalogued model; requests for it are then 422s. The served models."""
         await registry.unload(MODELS[request.model])
-        return render.models_response(await registry.served_now())
+        return render.models_response(await registry.served_now(), limits)

@@ -1,4 +1,4 @@
-"""The key-value-cached decoder's graphs give transformers' logits of whole prefixes, in torch and on every runtime."""
+"""The key-value-incremental decoder's graphs give transformers' logits of whole prefixes, in torch and on every runtime."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from transformers import MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
 from exporter.graph_inputs import GraphInputs
-from exporter.incremental_decoder import CachedDecoder
+from exporter.incremental_decoder import IncrementalDecoder
 from exporter.onnx_export import export_onnx
 from exporter.runtime_export import CONVERTERS
 from model_catalog import DECODER, OnnxGraph
 from runtimes.engines import Engine, Runtime, open_engine
 from runtimes.step_caches import layer_caches
 from support.paths import CHECKPOINTS
+from support.runtimes import DECODER_RUNTIMES
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +64,7 @@ def greedy_with_cache(
     seq2seq: MBartForConditionalGeneration, states: torch.Tensor, mask: torch.Tensor, steps: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[np.ndarray, np.ndarray]]]:
     """Greedy ids, and per step the cached step's logits next to transformers' of the whole prefix."""
-    decoder = CachedDecoder(seq2seq)
+    decoder = IncrementalDecoder(seq2seq)
     rows, layers, heads = len(states), len(seq2seq.model.decoder.layers), seq2seq.config.decoder_attention_heads
     ids = torch.full((rows, 1), seq2seq.config.decoder_start_token_id)
     cache = torch.zeros(rows, layers, 2, heads, 0, seq2seq.config.d_model // heads)
@@ -97,10 +98,6 @@ def write_part(runtime: Runtime, module: torch.nn.Module, part: OnnxGraph, sampl
     return open_engine(runtime, path, arena=DECODER.arena)
 
 
-DECODER_RUNTIMES = [runtime for runtime in Runtime if runtime is not Runtime.ONNXRUNTIME_FUSED]
-"""The cached step computes its attention itself, not through sdpa: there is nothing for onnxruntime to fuse."""
-
-
 @pytest.mark.parametrize("runtime", DECODER_RUNTIMES, ids=lambda runtime: runtime.value)
 def test_every_runtime_takes_ragged_and_empty_caches(
     seq2seq: MBartForConditionalGeneration, source: Source, tmp_path: Path, runtime: Runtime
@@ -110,7 +107,7 @@ def test_every_runtime_takes_ragged_and_empty_caches(
     states, mask = source
     ids, cache, cross_kv, _ = greedy_with_cache(seq2seq, states, mask, steps=6)
     cross_part, step_part = DECODER.parts
-    decoder = CachedDecoder(seq2seq)
+    decoder = IncrementalDecoder(seq2seq)
     source_sample = GraphInputs({"encoder_hidden_states": states.numpy()}, {})
     cross_engine = write_part(runtime, decoder.cross_attention, cross_part, source_sample, tmp_path)
     three_decoded = (cache.numpy()[..., :3, :], np.ones((3, 3), dtype=np.int64))
