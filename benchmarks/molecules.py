@@ -349,7 +349,7 @@ def render(record: dict[str, Any]) -> str:
         "",
         "Not like for like: MOSES's baselines sample 30,000 molecules from each model's prior; ours are "
         f"{sampling['samples_per_seed']} samples around each of {selected['seeds']} held-out seeds, near "
-        "test_scaffolds' molecules by construction (which lowers FCD/TestSF below what sampling the prior would give). "
+        "test_scaffolds' molecules by construction (which should lower FCD/TestSF below what sampling a prior gives). "
         f"FCD is biased upward on few molecules (here {valid_count} valid): read ours against the floor's row, "
         "computed on as many, not against the baselines' 30,000.",
         END,
