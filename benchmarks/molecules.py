@@ -116,7 +116,9 @@ class Api:
 
     def models(self) -> dict[str, Any]:
         """GET /models: megamolbart's entry (version, weights, runtimes) and the request limits."""
-        answer = self.session.get(f"{self.url}/models", timeout=60).json()
+        response = self.session.get(f"{self.url}/models", timeout=60)
+        response.raise_for_status()
+        answer = response.json()
         entry = next(model for model in answer["models"] if model["name"] == MEGAMOLBART)
         return {"model": entry, "limits": answer["limits"]}
 
