@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         }  # fmt: skip
     record = {
         "benchmark": "overload", "label": args.label, "cpu": cpu_model(), "cores": psutil.cpu_count(),
-        "flags": sorted(flag for flag in _cpu_flags() if flag.startswith(("avx", "amx", "fma"))),
+        "flags": vector_flags(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
         "command": " ".join(["python -m benchmarks.overload", *(argv if argv is not None else sys.argv[1:])]),
         "deadline_s": args.deadline, "request": {"proteins": args.proteins, "residues": RESIDUES, "tokens": args.proteins * (RESIDUES + 2)},
@@ -370,11 +370,12 @@ def render(record: dict) -> str:
     return "\n".join(lines)
 
 
-def _cpu_flags() -> set[str]:
+def vector_flags() -> list[str]:
+    """The CPU's vector and matrix extensions (avx*, amx*, fma): what a record's figures depend on beside its model."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return set()
+            return sorted(flag for flag in line.partition(":")[2].split() if flag.startswith(("avx", "amx", "fma")))
+    return []
 
 
 if __name__ == "__main__":
