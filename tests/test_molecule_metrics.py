@@ -1,7 +1,5 @@
 """The molecule benchmark's figures on hand-made sets whose answers are known, its targets, and its markdown section.
-
-FCD needs fcd-torch (ChemNet's weights ship in its wheel), which only the benchmark installs: those tests skip
-without it."""
+FCD's ChemNet comes with fcd-torch (the test and bench extras)."""
 
 from __future__ import annotations
 
@@ -60,7 +58,6 @@ def test_moses_train_is_read_whole_and_its_molecules_are_not_novel() -> None:
 
 def test_fcd_of_a_set_against_its_own_statistics_is_zero() -> None:
     """One FCD of ChemNet's 512 dimensions: its matrix square root takes seconds on 2 cores."""
-    pytest.importorskip("fcd_torch")
     statistics = metrics.fcd_statistics(list(DRUG_SMILES))
     assert statistics["mu"].shape == (512,)
     assert metrics.fcd(statistics, statistics) == pytest.approx(0.0, abs=1e-4)
@@ -68,7 +65,6 @@ def test_fcd_of_a_set_against_its_own_statistics_is_zero() -> None:
 
 def test_fcd_is_the_frechet_distance_of_two_gaussians() -> None:
     """||mu1 - mu2||^2 + Tr(S1 + S2 - 2 sqrt(S1 S2)): 3^2 + 4^2 for unit covariances, + (2 - 1)^2 for variances 4, 1."""
-    pytest.importorskip("fcd_torch")
     unit = {"mu": np.zeros(2), "sigma": np.eye(2)}
     assert metrics.fcd(unit, {"mu": np.array([3.0, 4.0]), "sigma": np.eye(2)}) == pytest.approx(25.0)
     assert metrics.fcd(unit, {"mu": np.zeros(2), "sigma": np.diag([4.0, 1.0])}) == pytest.approx(1.0)
