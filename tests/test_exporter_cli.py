@@ -14,12 +14,14 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+import model_catalog
 from exporter.__main__ import main
+from exporter.architectures import copy_trained_default
 from exporter.errors import OptimizerUnavailable
 from exporter.pipeline import UNTIMED, Optimizer, export_model
 from exporter.runtime_export import CONVERTERS
 from exporter.triton_config import recorded_checkpoint
-from model_catalog import MODELS, GraphRole, Target
+from model_catalog import MODELS, GraphRole, Target, TrainedDefault
 from runtimes.engines import SHARED_WEIGHTS, Runtime
 from support.checkpoints import EVERY_RUNTIME_FILE, TinyModels, tiny
 
@@ -170,3 +172,25 @@ def test_a_size_the_model_was_not_published_at_is_refused_naming_it(
     assert MODELS["esm2nv"].at_size("650M").default_checkpoint_config["num_hidden_layers"] == 33
     with pytest.raises(KeyError, match="esm2nv has no published size '3B'; known: 8M, 150M, 650M"):
         MODELS["esm2nv"].at_size("3B")
+
+
+def test_a_trained_default_is_copied_file_for_file_over_a_random_init_checkpoint(tmp_path: Path) -> None:
+    """`exporter defaults` exports a catalogued trained default from the folder it is copied to, checkpoints/<model>:
+    what the tests' transformers reference loads. A random-init checkpoint there before is replaced; a second copy
+    changes nothing."""
+    shipped = tmp_path / "weights" / "model"
+    shipped.mkdir(parents=True)
+    (shipped / "config.json").write_text('{"trained": true}')
+    (shipped / "MODEL_CARD.md").write_text("card")
+    target = tmp_path / "checkpoints" / "model"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text('{"trained": false}')
+    trained = TrainedDefault("weights/model", "trained here")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model_catalog, "PROJECT_ROOT", tmp_path)
+        assert copy_trained_default(trained, target)
+        assert (target / "config.json").read_text() == '{"trained": true}' and (target / "MODEL_CARD.md").is_file()
+        assert not copy_trained_default(trained, target)
+    assert trained.weights == "trained here (weights/model/MODEL_CARD.md)"
+    assert replace(MODELS["megamolbart"], trained_default=trained).default_weights == trained.weights
+    assert MODELS["esm2nv"].at_size("150M").trained_default is None
