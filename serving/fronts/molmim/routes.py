@@ -35,6 +35,7 @@ from serving.engine.inputs import (
     EmbedInput,
     GenerateInput,
     HiddenInput,
+    MolecularProperty,
     OptimizeInput,
 )
 from serving.errors import ServiceError
@@ -139,9 +140,9 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
         """MolMIM's /generate: new molecules around `smi` that improve `property_name` while keeping `min_similarity`
         to it, found by CMA-ES in the latent space (or sampled around it, `algorithm: none`), best first."""
         asked = OptimizeInput(
-            request.smi, MEGAMOLBART, None, request.property_name, request.minimize, request.min_similarity,
-            request.particles, request.iterations, request.scaled_radius, request.num_molecules, request.algorithm,
-            request.seed,
+            request.smi, MEGAMOLBART, None, MolecularProperty(request.property_name.value), request.minimize,
+            request.min_similarity, request.particles, request.iterations, request.scaled_radius,
+            request.num_molecules, request.algorithm, request.seed,
         )  # fmt: skip
         optimized = await named(engine.optimize(asked), GENERATE_NAMES)
         found = [
