@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = {"exact reconstruction": metrics.fraction_exact(seeds, decoded), **sampling_figures(sampling)}
     targets = metrics.checked(figures)
     record = {
-        **machine_record("molecules", measured_at, "benchmarks.molecules", argv), "served": served, "repository": str(args.repository),
+        **machine_record("molecules", measured_at, "benchmarks.molecules", argv), "served": served,
+        "repository": str(args.repository),
         "selection": {
             "split": HELD_OUT, "seed": SELECTION_SEED, "reconstructed": args.reconstruct, "seeds": args.seeds,
             **left_out,
