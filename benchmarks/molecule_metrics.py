@@ -121,15 +121,16 @@ def fcd(reference: dict[str, np.ndarray], generated: dict[str, np.ndarray]) -> f
     return float(_chemnet().metric(reference, generated))
 
 
-def checked(figures: dict[str, float | None]) -> dict[str, dict[str, Any]]:
-    """Each target's figure and whether it was met; a figure that could not be computed (None) misses."""
+def checked(figures: dict[str, float | None], targets: dict[str, float] = TARGETS) -> dict[str, dict[str, Any]]:
+    """Each target's figure (of `targets`: the sampling's, or the tasks' of benchmarks/molecule_task_scores.py) and
+    whether it was met; a figure that could not be computed (None) misses."""
     return {
         name: {
             "value": None if figures.get(name) is None else round(figures[name], 4),
             "target": f">= {wanted}",
             "met": figures.get(name) is not None and figures[name] >= wanted,
         }
-        for name, wanted in TARGETS.items()
+        for name, wanted in targets.items()
     }
 
 

@@ -24,74 +24,55 @@ from __future__ import annotations
 
 import argparse
 import base64
-import dataclasses
-import functools
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
-import requests
 
 from benchmarks import molecule_metrics as metrics
-from benchmarks.overload import commit, service, vector_flags
-from benchmarks.processes import Server, start, stop
+from benchmarks.molecule_runs import (
+    DEFAULT_DOC,
+    HELD_OUT,
+    RANDOM_INIT,
+    RANDOM_INIT_NOTE,
+    ROOT,
+    SELECTION_SEED,
+    NativeApi,
+    figure,
+    held_out_order,
+    machine_record,
+    molecule_service,
+    run_line,
+    tokenizable,
+    write_record,
+    write_section,
+)
+from benchmarks.overload import commit
+from benchmarks.processes import start, stop
 from benchmarks.workload import DRUG_SMILES
-from model_catalog import MODELS
-from preprocessing.smiles import SmilesTokenizer, canonical_smiles
+from preprocessing.smiles import canonical_smiles
 from runtimes.choice import cpu_model
 from serving.engine.inputs import MEGAMOLBART
 from serving.fronts.native.protocol import GenerateRequest
-from training.moses_data import Molecules, held_out_molecules
 
-ROOT = Path(__file__).resolve().parent.parent
-HELD_OUT = "test_scaffolds"
 TEST = "test"
-SELECTION_SEED = 47
-"""The permutation of test_scaffolds the molecules are taken from, in order: every run measures the same ones."""
 FLOOR_SEED = 4_700
 """The draw of each split's own molecules whose FCD is the floor at the sampled count."""
 GENERATE_SEED = 0
 """/generate's `seed` of the first request (the next ones count up): the same noise at every run."""
 DEFAULT_SCALED_RADIUS = GenerateRequest.model_fields["scaled_radius"].default
 """The service's default noise, recorded: the requests leave it out, so that what is measured is the default."""
-REQUEST_TIMEOUT_S = 600
-"""BIONEMO_REQUEST_TIMEOUT_S: a batch that a random-init model decodes to max_length takes long on 2 cores."""
-RANDOM_INIT = "random-init default"
-"""/models' `weights` of the export `python -m exporter defaults` makes: random weights, not a trained model."""
-RANDOM_INIT_NOTE = (
-    "**Random-init weights, not a trained model: these figures show the benchmark running, not what a trained "
-    "megamolbart does; every target is missed, as it must be.**"
-)
 BEGIN, END = "<!-- molecules: begin -->", "<!-- molecules: end -->"
-DEFAULT_DOC = ROOT / "docs" / "molecules.md"
-
-
-def molecule_service(repository: Path) -> Server:
-    """benchmarks.overload's service, serving megamolbart alone, with room for long batches."""
-    base = service(repository)
-    extra = {"BIONEMO_MODELS": MEGAMOLBART, "BIONEMO_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S)}
-    return dataclasses.replace(base, name="molecules", environment=lambda port: {**base.environment(port), **extra})
-
-
-@functools.cache
-def tokenizable(split: str) -> Molecules:
-    """The molecules of a held-out split that megamolbart's tokenizer takes whole."""
-    limit = MODELS[MEGAMOLBART].max_length
-    return held_out_molecules(split, SmilesTokenizer(limit), limit)
 
 
 def selection(count: int) -> tuple[list[str], dict[str, int]]:
-    """The first `count` of test_scaffolds' molecules in SELECTION_SEED's permutation, and how many of the split were
-    read and left out (a token outside MegaMolBART's vocabulary)."""
-    molecules = tokenizable(HELD_OUT)
-    order = np.random.default_rng(SELECTION_SEED).permutation(len(molecules.smiles))[:count]
-    left_out = {"read": molecules.read, "unknown_tokens": molecules.unknown_tokens, "too_long": molecules.too_long}
-    return [molecules.smiles[index] for index in order], left_out
+    """The first `count` of test_scaffolds' molecules in the benchmarks' fixed order, and how many of the split were
+    read and left out."""
+    order, left_out = held_out_order()
+    return order[:count], left_out
 
 
 def floor_molecules(split: str, count: int) -> list[str]:
@@ -101,26 +82,8 @@ def floor_molecules(split: str, count: int) -> list[str]:
     return [molecules.smiles[index] for index in drawn]
 
 
-class Api:
-    """The native HTTP API of the running service; an answer other than 200 stops the run, saying what it was."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.session = requests.Session()
-
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.session.post(f"{self.url}{path}", json=body, timeout=REQUEST_TIMEOUT_S + 30)
-        if response.status_code != 200:
-            raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:2000]}")
-        return response.json()
-
-    def models(self) -> dict[str, Any]:
-        """GET /models: megamolbart's entry (version, weights, runtimes) and the request limits."""
-        response = self.session.get(f"{self.url}/models", timeout=60)
-        response.raise_for_status()
-        answer = response.json()
-        entry = next(model for model in answer["models"] if model["name"] == MEGAMOLBART)
-        return {"model": entry, "limits": answer["limits"]}
+class Api(NativeApi):
+    """/hidden, /decode and /generate as the benchmark calls them."""
 
     def reconstruct(self, smiles: list[str]) -> tuple[list[str], float, float]:
         """/hidden then /decode of `smiles`: the decoded SMILES and each call's seconds."""
@@ -267,10 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = {"exact reconstruction": metrics.fraction_exact(seeds, decoded), **sampling_figures(sampling)}
     targets = metrics.checked(figures)
     record = {
-        "benchmark": "molecules", "cpu": cpu_model(), "cores": psutil.cpu_count(), "flags": vector_flags(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
-        "command": " ".join(["python -m benchmarks.molecules", *(argv if argv is not None else sys.argv[1:])]),
-        "served": served, "repository": str(args.repository),
+        **machine_record("molecules", measured_at, "benchmarks.molecules", argv), "served": served,
+        "repository": str(args.repository),
         "selection": {
             "split": HELD_OUT, "seed": SELECTION_SEED, "reconstructed": args.reconstruct, "seeds": args.seeds,
             **left_out,
@@ -284,18 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         "reconstruction": reconstruction, "samples": sampling,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / "molecules.json"
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(json.dumps(record, indent=1))
+    write_record(record, destination)
     print(render(record))
     print(f"wrote {destination}")
     misses = metrics.missed(targets)
     if misses:
         print(f"missed: {', '.join(misses)}")
     return 1 if misses else 0
-
-
-def _figure(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def render(record: dict[str, Any]) -> str:
@@ -307,8 +263,7 @@ def render(record: dict[str, Any]) -> str:
     floor = moses.get("floor", {})
     lines = [
         BEGIN,
-        f"megamolbart v{model['version']} (weights: {model['weights']}), {record['cpu']} ({record['cores']} cores; "
-        f"{' '.join(record['flags'])}), {record['date']}, commit {record['commit']}: `{record['command']}`.",
+        run_line(record),
         "",
         f"MOSES {selected['split']}: {selected['reconstructed']} molecules reconstructed and {selected['seeds']} seeds "
         f"sampled around, the first of the split's permutation by seed {selected['seed']} ({selected['read']:,} read, "
@@ -320,16 +275,16 @@ def render(record: dict[str, Any]) -> str:
         "| target | value | wanted | |",
         "|---|---:|---|---|",
         *(
-            f"| {name} | {_figure(target['value'])} | {target['target']} | {'met' if target['met'] else '**missed**'} |"
+            f"| {name} | {figure(target['value'])} | {target['target']} | {'met' if target['met'] else '**missed**'} |"
             for name, target in record["targets"].items()
         ),
-        f"| mean unique per seed (not a target) | {_figure(figures['mean unique per seed'])} | | |",
-        f"| mean Tanimoto of a sample to its seed (not a target) | {_figure(figures['mean tanimoto to seed'])} | | |",
+        f"| mean unique per seed (not a target) | {figure(figures['mean unique per seed'])} | | |",
+        f"| mean Tanimoto of a sample to its seed (not a target) | {figure(figures['mean tanimoto to seed'])} | | |",
         "",
         "| phase | molecules | seconds | molecules/s |",
         "|---|---:|---:|---:|",
         *(
-            f"| {phase} | {timed['molecules']} | {timed['seconds']:g} | {_figure(timed['molecules_per_s'], 2)} |"
+            f"| {phase} | {timed['molecules']} | {timed['seconds']:g} | {figure(timed['molecules_per_s'], 2)} |"
             for phase, timed in record["timing"].items()
         ),
         "",
@@ -339,10 +294,10 @@ def render(record: dict[str, Any]) -> str:
         "| model | molecules | valid | unique | FCD/Test | FCD/TestSF | novelty |",
         "|---|---|---:|---:|---:|---:|---:|",
         f"| megamolbart v{model['version']}, served | {moses['molecules']} around {selected['seeds']} held-out seeds | "
-        f"{_figure(moses['valid'])} | {_figure(moses[f'unique@{valid_count}'])} (@{valid_count}) | "
-        f"{_figure(moses.get('FCD/Test'))} | {_figure(moses.get('FCD/TestSF'))} | {_figure(moses['novelty'])} |",
+        f"{figure(moses['valid'])} | {figure(moses[f'unique@{valid_count}'])} (@{valid_count}) | "
+        f"{figure(moses.get('FCD/Test'))} | {figure(moses.get('FCD/TestSF'))} | {figure(moses['novelty'])} |",
         f"| floor: the splits' own molecules | {floor.get('molecules', '–')} drawn from test, test_scaffolds | | | "
-        f"{_figure(floor.get('FCD/Test'))} | {_figure(floor.get('FCD/TestSF'))} | |",
+        f"{figure(floor.get('FCD/Test'))} | {figure(floor.get('FCD/TestSF'))} | |",
         *(
             f"| {name} (MOSES) | {baseline['sampled']} | {baseline['valid']:.3f} | {baseline['unique@10k']:.3f} (@10k) "
             f"| {baseline['FCD/Test']:.3f} | {baseline['FCD/TestSF']:.3f} | {baseline['novelty']:.3f} |"
@@ -357,12 +312,6 @@ def render(record: dict[str, Any]) -> str:
         END,
     ]
     return "\n".join(lines)
-
-
-def write_section(doc: Path, text: str) -> None:
-    """`text` between the markers of `doc`, in place of what was there."""
-    before = doc.read_text()
-    doc.write_text(before[: before.index(BEGIN)] + text + before[before.index(END) + len(END) :])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from benchmarks import molecule_metrics as metrics
-from benchmarks.molecules import BEGIN, END, RANDOM_INIT_NOTE, render, write_section
+from benchmarks.molecule_runs import RANDOM_INIT_NOTE, write_section
+from benchmarks.molecules import BEGIN, END, render
 from benchmarks.workload import DRUG_SMILES
 from preprocessing.smiles import canonical_smiles
 

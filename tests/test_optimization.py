@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from preprocessing.properties import penalized_logp, qed
+from preprocessing.properties import penalized_logp, qed, qed_with_similarity
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from serving.engine.inputs import MEGAMOLBART, MolecularProperty, OptimizeInput, SearchAlgorithm
 from serving.engine.results import Optimized
@@ -81,6 +81,23 @@ def test_the_same_seed_gives_the_same_molecules_and_another_seed_another_search(
     assert not np.array_equal(*(call.inputs["encoder_hidden_states"] for call in first_latents))
 
 
+def test_each_generations_particles_are_decoded_as_one_batch_stepping_together() -> None:
+    """Not one decoding per particle: a generation's 20 latents start in one decoder call, and each later call
+    extends rows of the call before it alone, none joining, until the generation's last row has ended."""
+    runner = LadderRunner()
+    optimize(asked(particles=20, iterations=4), runner)
+    steps = [call.inputs for call in runner.calls if "parent_ids" in call.inputs and len(call.inputs["parent_ids"])]
+    starts = [index for index, inputs in enumerate(steps) if (inputs["parent_ids"] < 0).any()]
+    generations = [steps[start:stop] for start, stop in zip(starts, [*starts[1:], len(steps)])]
+    assert len(generations) == 4
+    for generation in generations:
+        assert (generation[0]["parent_ids"] < 0).sum() == len(generation[0]["parent_ids"]) == 20
+        assert len(generation) > 1  # the rows stepped together through several calls
+        for before, after in zip(generation, generation[1:]):
+            assert set(after["parent_ids"].tolist()) <= set(before["row_ids"].tolist())
+            assert len(after["parent_ids"]) == len(set(after["parent_ids"].tolist()))
+
+
 def test_the_nims_smallest_population_2_runs_pycmas_smallest_3() -> None:
     runner = LadderRunner()
     assert optimize(asked(particles=2, iterations=4), runner).decoded == runner.decoder_rows() == 3 * 4
@@ -108,6 +125,16 @@ def test_plogp_is_jt_vae_s_standardised_penalized_logp_as_the_nim_scores_it() ->
     assert penalized_logp("C1CC") is None and qed("") is None
     optimized = optimize(asked(property=MolecularProperty.PLOGP, iterations=3))
     assert all(molecule.score == pytest.approx(penalized_logp(molecule.smiles)) for molecule in optimized.molecules)
+
+
+def test_qed_similarity_ranks_by_molmims_combined_score_whose_best_rung_is_not_the_best_qed() -> None:
+    """On the ladder the combined score peaks at phenacetin (0.771 / 0.9 + 1, its similarity 0.533 capped), below the
+    rungs of higher QED that drift further from the seed."""
+    optimized = optimize(asked(property=MolecularProperty.QED_SIMILARITY))
+    assert optimized.molecules[0].smiles == canonical_smiles(LADDER[8])
+    for molecule in optimized.molecules:
+        assert molecule.score == pytest.approx(qed_with_similarity(molecule.smiles, SEED))
+    assert optimized.molecules[0].score == pytest.approx(qed(LADDER[8]) / 0.9 + 1.0)
 
 
 def test_fields_the_search_cannot_run_with_are_a_422_naming_each_before_triton_is_asked() -> None:

@@ -40,6 +40,7 @@ class DecodingMethod(str, enum.Enum):
 class MolecularProperty(str, enum.Enum):
     QED = "QED"
     PLOGP = "plogP"
+    QED_SIMILARITY = "QED-similarity"
 
 
 class SearchAlgorithm(str, enum.Enum):

@@ -14,11 +14,11 @@ radius. With `SearchAlgorithm.NONE` that one generation of `particles` samples i
 `algorithm: "none"`. Every random draw is the request's generator's: the same seed gives the same molecules (pycma
 is told not to seed numpy's global one, which concurrent requests share).
 
-Molecules are scored as MolMIM scores them: the property (QED or penalized logP, preprocessing/properties.py),
-maximised or with `minimize` minimised, with a penalty where the Tanimoto similarity to the seed falls below
-`min_similarity`. The penalty outweighs any difference of property: a molecule below the floor ranks behind every
-one that keeps it, the nearer the floor the better, so that the search is led back; what does not parse ranks last.
-CMA-ES reads the order of its samples alone, so it is told their ranks, whatever the property's scale. The answer is
+Molecules are scored as MolMIM scores them: the property (QED, penalized logP, or MolMIM's combined score of QED
+and the similarity to the seed, preprocessing/properties.py), maximised or with `minimize` minimised, with a penalty
+where the Tanimoto similarity to the seed falls below `min_similarity`. The penalty outweighs any difference of
+property: a molecule below the floor ranks behind every one that keeps it, the nearer the floor the better, so that
+the search is led back; what does not parse ranks last. CMA-ES reads the order of its samples alone, so it is told their ranks, whatever the property's scale. The answer is
 the best distinct valid molecules seen in the whole search, other than the seed itself.
 
 The work is admitted once, as /generate's: the seed's encoding and `particles` x `iterations` decodings of
@@ -28,6 +28,7 @@ The work is admitted once, as /generate's: the seed's encoding and `particles` x
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from typing import Protocol
 import numpy as np
 
 from model_catalog import Capability, GraphRole
-from preprocessing.properties import penalized_logp, qed
+from preprocessing.properties import penalized_logp, qed, qed_with_similarity
 from preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from serving.engine.cost import Work
 from serving.engine.decode_batcher import Latents
@@ -51,10 +52,12 @@ with warnings.catch_warnings():  # pycma warns that it cannot plot without matpl
     warnings.filterwarnings("ignore", "Could not import matplotlib", UserWarning)
     import cma
 
-PROPERTIES: dict[MolecularProperty, Callable[[str], float | None]] = {
-    MolecularProperty.QED: qed,
-    MolecularProperty.PLOGP: penalized_logp,
+PROPERTIES: dict[MolecularProperty, Callable[[str], Callable[[str], float | None]]] = {
+    MolecularProperty.QED: lambda seed: qed,
+    MolecularProperty.PLOGP: lambda seed: penalized_logp,
+    MolecularProperty.QED_SIMILARITY: lambda seed: functools.partial(qed_with_similarity, seed=seed),
 }
+"""Each property's scorer of the molecules around a seed, given the seed."""
 CMA_OPTIONS: dict[str, object] = {
     "CMA_diagonal": True,
     "seed": math.nan,  # the samples come from the request's generator (`randn`): numpy's global one is left alone
@@ -76,7 +79,7 @@ class Objective:
     def __init__(self, asked: OptimizeInput) -> None:
         self.seed_smiles, self.min_similarity = asked.smiles, asked.min_similarity
         self.seed_canonical = canonical_smiles(asked.smiles)
-        self.property = PROPERTIES[asked.property]
+        self.property = PROPERTIES[asked.property](asked.smiles)
         self.better = -1.0 if asked.minimize else 1.0
 
     def scored(self, decoded: list[str]) -> list[ScoredMolecule | None]:

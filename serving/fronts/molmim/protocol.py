@@ -9,10 +9,20 @@ API's). An unknown field is an error here all the same: nothing a client sends i
 
 from __future__ import annotations
 
+import enum
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.engine.inputs import MolecularProperty, SearchAlgorithm
+from serving.engine.inputs import SearchAlgorithm
 from serving.fronts.native.protocol import FiniteFloat
+
+
+class MolMIMProperty(str, enum.Enum):
+    """The NIM's two properties: the engine's third, MolMIM's combined QED-and-similarity score, is the native API's
+    alone (the NIM refuses it)."""
+
+    QED = "QED"
+    PLOGP = "plogP"
 
 
 class _NimRequest(BaseModel):
@@ -88,8 +98,8 @@ class MolMIMGenerateRequest(_NimRequest):
         default=10, ge=1, le=100, description="Most molecules answered: the best distinct valid ones found."
     )
     particles: int = Field(default=30, ge=2, le=1000, description="Latents decoded per generation.")
-    property_name: MolecularProperty = Field(
-        default=MolecularProperty.QED,
+    property_name: MolMIMProperty = Field(
+        default=MolMIMProperty.QED,
         description="`QED`: RDKit's drug-likeness; `plogP`: penalized logP, JT-VAE's standardised terms.",
     )
     scaled_radius: float = Field(

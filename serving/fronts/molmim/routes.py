@@ -23,8 +23,6 @@ The NIM's API as read from NVIDIA's documentation and examples:
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from serving.engine.engine import Engine
 from serving.engine.inputs import (
@@ -35,11 +33,12 @@ from serving.engine.inputs import (
     EmbedInput,
     GenerateInput,
     HiddenInput,
+    MolecularProperty,
     OptimizeInput,
 )
-from serving.errors import ServiceError
 from serving.fronts.bentoml.descriptors import JSONOutput, ValidatedJSON
 from serving.fronts.bentoml.endpoints import Endpoints
+from serving.fronts.field_names import named
 from serving.fronts.molmim.protocol import (
     MolMIMDecodeRequest,
     MolMIMDecodeResponse,
@@ -53,30 +52,10 @@ from serving.fronts.molmim.protocol import (
     MolMIMSequencesRequest,
 )
 
-T = TypeVar("T")
-
 SAMPLING_NAMES = {"smiles": "sequences", "num_samples": "num_molecules"}
 """The NIM's names of the engine's fields that /molmim/sampling's differ from."""
 GENERATE_NAMES = {"smiles": "smi", "property": "property_name"}
 """The same for /molmim/generate."""
-
-
-def nim_field(names: dict[str, str]) -> Callable[[str], str]:
-    """A field the engine names (`smiles[2]`) as the NIM's request names it (`sequences[2]`)."""
-
-    def rename(field: str) -> str:
-        head, bracket, rest = field.partition("[")
-        return names.get(head, head) + bracket + rest
-
-    return rename
-
-
-async def named(call: Awaitable[T], names: dict[str, str]) -> T:
-    """`call`'s result; its errors with the NIM's field names."""
-    try:
-        return await call
-    except ServiceError as error:
-        raise error.renamed(nim_field(names)) from None
 
 
 def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
@@ -139,9 +118,9 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
         """MolMIM's /generate: new molecules around `smi` that improve `property_name` while keeping `min_similarity`
         to it, found by CMA-ES in the latent space (or sampled around it, `algorithm: none`), best first."""
         asked = OptimizeInput(
-            request.smi, MEGAMOLBART, None, request.property_name, request.minimize, request.min_similarity,
-            request.particles, request.iterations, request.scaled_radius, request.num_molecules, request.algorithm,
-            request.seed,
+            request.smi, MEGAMOLBART, None, MolecularProperty(request.property_name.value), request.minimize,
+            request.min_similarity, request.particles, request.iterations, request.scaled_radius,
+            request.num_molecules, request.algorithm, request.seed,
         )  # fmt: skip
         optimized = await named(engine.optimize(asked), GENERATE_NAMES)
         found = [

@@ -6,7 +6,16 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from serving.engine.limits import RequestLimits
-from serving.engine.results import ContactMaps, Decoded, Embeddings, Generated, HiddenStates, LogProbs, Scores
+from serving.engine.results import (
+    ContactMaps,
+    Decoded,
+    Embeddings,
+    Generated,
+    HiddenStates,
+    LogProbs,
+    Optimized,
+    Scores,
+)
 from serving.fronts.array_encoding import encode_arrays
 from serving.fronts.native.protocol import (
     ContactsResponse,
@@ -18,6 +27,8 @@ from serving.fronts.native.protocol import (
     LogitsResponse,
     ModelInfo,
     ModelsResponse,
+    OptimizedMolecule,
+    OptimizedResult,
     RepositoryEntry,
     RepositoryResponse,
     RequestLimitsInfo,
@@ -103,6 +114,24 @@ def decode_response(decoded: Decoded) -> DecodeResponse:
 def generate_response(generated: Generated) -> GenerateResponse:
     """Molecules and seeds have the response's field names: pydantic reads them from the dataclasses."""
     return GenerateResponse.model_validate(generated, from_attributes=True)
+
+
+def optimized_response(optimized: Optimized) -> GenerateResponse:
+    """The search's molecules as /generate's samples of its one seed, each valid, canonical and scored."""
+    samples = [
+        OptimizedMolecule(
+            smiles=molecule.smiles, valid=True, canonical=molecule.smiles, tanimoto=molecule.similarity,
+            score=molecule.score,
+        )  # fmt: skip
+        for molecule in optimized.molecules
+    ]
+    return GenerateResponse(
+        model=optimized.model,
+        model_version=optimized.model_version,
+        precision=optimized.precision,
+        seed=optimized.seed,
+        results=[OptimizedResult(seed_smiles=optimized.seed_smiles, samples=samples, decoded=optimized.decoded)],
+    )
 
 
 def models_response(served: list[ServedModel], limits: RequestLimits) -> ModelsResponse:

@@ -14,13 +14,15 @@ from pydantic import BaseModel
 from model_catalog import MODELS
 from serving.engine.engine import Engine
 from serving.engine.limits import RequestLimits
-from serving.errors import ServiceError
+from serving.errors import FieldProblem, InvalidRequest, ServiceError
 from serving.engine.inputs import (
     MEGAMOLBART,
     DecodeInput,
+    DecodingMethod,
     EmbedInput,
     GenerateInput,
     HiddenInput,
+    OptimizeInput,
     ScoreInput,
     SequencesInput,
 )
@@ -33,6 +35,7 @@ from serving.fronts.bentoml.descriptors import (
     ValidatedNdarray,
 )
 from serving.fronts.bentoml.endpoints import Endpoints
+from serving.fronts.field_names import named
 from serving.fronts.native import render
 from serving.fronts.native.protocol import (
     AdminModelRequest,
@@ -42,6 +45,7 @@ from serving.fronts.native.protocol import (
     DecodeResponse,
     EmbedRequest,
     EmbedResponse,
+    GenerateOptimization,
     GenerateRequest,
     GenerateResponse,
     HiddenRequest,
@@ -57,12 +61,40 @@ from serving.triton.registry import ModelRegistry
 
 InputT = TypeVar("InputT")
 
+OPTIMIZE_NAMES = {
+    "smiles": "smiles[0]",
+    "num_molecules": "num_samples",
+    "particles": "optimize.particles",
+    "iterations": "optimize.iterations",
+    "min_similarity": "optimize.min_similarity",
+}
+"""/generate's names of the search's fields that the engine names otherwise (its one seed: `smiles`)."""
+
 
 def engine_input(request: BaseModel, input_type: type[InputT]) -> InputT:
     """The engine's input for `request`: each of its fields that the request has, by name (the native API names them
     as the engine does, so its errors name the request's fields)."""
     values = {field.name: getattr(request, field.name) for field in fields(input_type) if hasattr(request, field.name)}
     return input_type(**values)
+
+
+def optimize_input(request: GenerateRequest, asked: GenerateOptimization) -> OptimizeInput:
+    """The engine's search for a /generate with `optimize` (`asked`): its one seed, decoded greedily, the best
+    `num_samples` molecules answered; what else the request asks is refused, every problem named at once."""
+    problems = []
+    if len(request.smiles) != 1:
+        problems.append(
+            FieldProblem("smiles", f"has {len(request.smiles)} seeds; with `optimize`, send one: a search per request")
+        )
+    if request.method is not DecodingMethod.GREEDY:
+        problems.append(FieldProblem("method", "with `optimize`, every latent is decoded greedily: send `greedy`"))
+    if problems:
+        raise InvalidRequest(problems)
+    return OptimizeInput(
+        request.smiles[0], request.model, request.model_version, asked.property, asked.minimize, asked.min_similarity,
+        asked.particles, asked.iterations, request.scaled_radius, request.num_samples, asked.algorithm, request.seed,
+        request.max_length,
+    )  # fmt: skip
 
 
 def mount(endpoint: Endpoints, engine: Engine, registry: ModelRegistry, max_request_bytes: int) -> None:
@@ -119,8 +151,12 @@ def mount(endpoint: Endpoints, engine: Engine, registry: ModelRegistry, max_requ
 
     @endpoint("/generate", json_body(pydantic_model=GenerateRequest), JSONOutput(pydantic_model=GenerateResponse))
     async def generate(request: GenerateRequest) -> GenerateResponse:
-        """New molecules around each seed: its latent perturbed by Gaussian noise, then decoded."""
-        return render.generate_response(await engine.generate(engine_input(request, GenerateInput)))
+        """New molecules around each seed: its latent perturbed by Gaussian noise, then decoded; with `optimize`,
+        those that improve a property near the one seed, found by CMA-ES in the latent space (MolMIM's search)."""
+        if request.optimize is None:
+            return render.generate_response(await engine.generate(engine_input(request, GenerateInput)))
+        searched = engine.optimize(optimize_input(request, request.optimize))
+        return render.optimized_response(await named(searched, OPTIMIZE_NAMES))
 
     @endpoint("/models", NoInput(), JSONOutput(pydantic_model=ModelsResponse))
     async def models(_: None) -> ModelsResponse:
