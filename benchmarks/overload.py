@@ -134,9 +134,9 @@ async def client_loop(
                 await response.read()
                 took = time.monotonic() - began
                 status, retry_after = response.status, response.headers.get("Retry-After")
-        except aiohttp.ServerDisconnectedError:
-            # a pooled connection the server closed (uvicorn's keep-alive ends while a client waits its Retry-After):
-            # counted, not an answer; the next request opens another
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # a pooled connection the server closed (uvicorn's keep-alive ends while a client waits its Retry-After),
+            # found closed or reset as the request is sent: counted, not an answer; the next request opens another
             step.statuses["disconnected"] = step.statuses.get("disconnected", 0) + 1
             continue
         if time.monotonic() > until and status == 200 and began + took > until:
