@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import record
 from training.moses_data import TRAIN_SPLIT, split_file
 
 Canonical = str | None
@@ -123,15 +124,4 @@ def fcd(reference: dict[str, np.ndarray], generated: dict[str, np.ndarray]) -> f
 
 def checked(figures: dict[str, float | None]) -> dict[str, dict[str, Any]]:
     """Each target's figure and whether it was met; a figure that could not be computed (None) misses."""
-    return {
-        name: {
-            "value": None if figures.get(name) is None else round(figures[name], 4),
-            "target": f">= {wanted}",
-            "met": figures.get(name) is not None and figures[name] >= wanted,
-        }
-        for name, wanted in TARGETS.items()
-    }
-
-
-def missed(targets: dict[str, dict[str, Any]]) -> list[str]:
-    return [name for name, target in targets.items() if not target["met"]]
+    return record.checked({name: record.Target(">=", wanted) for name, wanted in TARGETS.items()}, figures)

@@ -27,18 +27,17 @@ import base64
 import dataclasses
 import functools
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import requests
 
 from benchmarks import molecule_metrics as metrics
-from benchmarks.overload import commit, service, vector_flags
+from benchmarks import record
+from benchmarks.overload import service
 from benchmarks.processes import Server, start, stop
 from benchmarks.workload import DRUG_SMILES
 from model_catalog import MODELS
@@ -247,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.doc, text)
         print(text)
         return 0
-    measured_at = commit()  # the code that runs, whatever is committed meanwhile
+    measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     chosen, left_out = selection(max(args.reconstruct, args.seeds))
     running = start(molecule_service(args.repository.resolve()), timeout=1800)
     try:
@@ -266,11 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     seeds, decoded = ([row[key] for row in reconstruction] for key in ("seed_canonical", "canonical"))
     figures = {"exact reconstruction": metrics.fraction_exact(seeds, decoded), **sampling_figures(sampling)}
     targets = metrics.checked(figures)
-    record = {
-        "benchmark": "molecules", "cpu": cpu_model(), "cores": psutil.cpu_count(), "flags": vector_flags(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
-        "command": " ".join(["python -m benchmarks.molecules", *(argv if argv is not None else sys.argv[1:])]),
-        "served": served, "repository": str(args.repository),
+    run = {
+        **record.header("molecules", argv if argv is not None else sys.argv[1:], measured_at), "served": served,
+        "repository": str(args.repository),
         "selection": {
             "split": HELD_OUT, "seed": SELECTION_SEED, "reconstructed": args.reconstruct, "seeds": args.seeds,
             **left_out,
@@ -284,14 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         "reconstruction": reconstruction, "samples": sampling,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / "molecules.json"
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(json.dumps(record, indent=1))
-    print(render(record))
+    record.write(run, destination)
+    print(render(run))
     print(f"wrote {destination}")
-    misses = metrics.missed(targets)
-    if misses:
-        print(f"missed: {', '.join(misses)}")
-    return 1 if misses else 0
+    return record.exit_status(targets)
 
 
 def _figure(value: float | None, digits: int = 3) -> str:
