@@ -24,7 +24,7 @@ def within(precision: str, max_difference: float, worst_cosine: float) -> bool:
 
 
 def bound(precision: str) -> str:
-    """The bound of `precision`, as a table shows it."""
+    """The bound of `precision`, as a table shows it (no `|`: it is a markdown cell)."""
     if precision == Precision.INT8.value:
         return f"cosine >= {INT8_MIN_COSINE:g}"
-    return f"max |diff| <= {FP32_MAX_DIFFERENCE:g}"
+    return f"max abs difference <= {FP32_MAX_DIFFERENCE:g}"
