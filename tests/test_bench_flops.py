@@ -11,7 +11,8 @@ ESM2_8M = EncoderShape(layers=6, hidden=320, intermediate=1280)
 
 def test_the_fma_ceiling_is_cores_times_flop_a_cycle_times_the_clock() -> None:
     avx512 = fma_ceiling(2, ["avx", "avx2", "avx512f", "fma"], 2100.0)
-    assert avx512 == {"cores": 2, "flop_per_cycle": 64, "flag": "avx512f", "mhz": 2100.0, "gflops": pytest.approx(268.8)}
+    assert avx512 == {"cores": 2, "flop_per_cycle": 64, "flag": "avx512f", "mhz": 2100.0,
+                      "gflops": pytest.approx(268.8)}  # fmt: skip
     avx2 = fma_ceiling(4, ["avx", "avx2", "fma"], 3000.0)
     assert (avx2["flop_per_cycle"], avx2["flag"], avx2["gflops"]) == (32, "fma", pytest.approx(384.0))
     assert fma_ceiling(1, [], 1000.0)["gflops"] == pytest.approx(8.0)
