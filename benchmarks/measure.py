@@ -157,7 +157,8 @@ def probe(
     probes = {}
     for name in clients:
         stacked = np.stack(answers[name])
-        probes[name] = Probe(latencies[name], float(np.abs(stacked - reference).max()), worst_cosine(stacked, reference))
+        difference = float(np.abs(stacked - reference).max())
+        probes[name] = Probe(latencies[name], difference, worst_cosine(stacked, reference))
     return probes
 
 

@@ -105,7 +105,7 @@ def checked(
         value = figures.get(name)
         measured = value is not None and not math.isnan(value)
         results[name] = {
-            "value": float(f"{value:.4g}") if measured else None,
+            "value": (value if isinstance(value, int) else float(f"{value:.4g}")) if measured else None,
             "target": str(target),
             "met": measured and target.met(value),
         }

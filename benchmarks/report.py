@@ -130,8 +130,8 @@ def _reference(run: dict[str, Any]) -> str:
         assumption = "; ".join(f"{flag}: {flop}" for flag, flop in FLOP_PER_CYCLE)
         text += (
             f"; FMA ceiling {ceiling['cores']} cores x {ceiling['flop_per_cycle']} FP32 FLOP a cycle "
-            f"({ceiling['flag']}; assumed two FMA units a core, FLOP a cycle {assumption}) x {ceiling['mhz']:g} MHz (/proc/cpuinfo `cpu "
-            f"MHz`, median at the samples) = **{ceiling['gflops']:.0f} GFLOP/s**: the reference is "
+            f"({ceiling['flag']}; assumed two FMA units a core, FLOP a cycle {assumption}) x {ceiling['mhz']:g} MHz "
+            f"(/proc/cpuinfo `cpu MHz`, median at the samples) = **{ceiling['gflops']:.0f} GFLOP/s**: the reference is "
             f"{100 * samples.median / ceiling['gflops']:.0f} % of it"
         )
     return text
