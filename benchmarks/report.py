@@ -59,10 +59,6 @@ def _spread(spread: Spread | None, digits: int = 1, scale: float = 1.0) -> str:
     return Spread(spread.median * scale, spread.low * scale, spread.high * scale, spread.count).shown(digits)
 
 
-def _users(count: int) -> str:
-    return f"{count} user" if count == 1 else f"{count} users"
-
-
 def _triton(p: Point) -> str:
     """Average batch; queue, compute and output milliseconds per request in Triton over the repeats."""
     t = p.triton
