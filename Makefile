@@ -114,10 +114,10 @@ AUDIT_OSV_URL ?= https://api.osv.dev/v1/query
 audit: $(INSTALLED)
 	$(BIN)/python -m tools.dependency_audit --osv-url $(AUDIT_OSV_URL)
 
-# Not part of `make test`: five servers of the same esm2nv weights measured in turn, then the client files, Spark and
-# the overload step (about 45 minutes on 2 cores with these defaults),
-# then this CPU's report written anew: docs/benchmarks-<cpu>.md and its .png (e.g. benchmarks-amd-epyc.md). Longer:
-# `make bench BENCH_SECONDS=60`.
+# Not part of `make test`: five servers of the same esm2nv weights, all up at once, measured in alternation 5 times
+# (benchmarks/run.py: its JSON in benchmarks/results/bench-<cpu>.json, this CPU's report rendered from it anew:
+# docs/benchmarks-<cpu>.md and its .png, e.g. benchmarks-amd-epyc.md), then the client files, Spark and the overload
+# step (about 75 minutes on 2 cores with these defaults). Longer: `make bench BENCH_SECONDS=60`.
 BENCH_READY := $(VENV)/.bench-installed
 BENCH_SECONDS ?= 10
 BENCH_USERS ?= 1 4 16 32
@@ -148,9 +148,9 @@ $(BENCH_READY): $(INSTALLED)
 # precision in turn: start-up, memory per process, /embed at 16 users, a 300-residue scan (benchmarks/served_memory.py).
 MODEL_SIZE ?=
 SIZED_REPOSITORY := model_repository-$(MODEL_SIZE)
-# At 650M the side by side runs the short workload once (8 x 256: about 20 s a contender on 2 cores; the long one,
-# 256 proteins, would take about 6 minutes a contender and repeat).
-REAL_SIZES_OPTIONS := $(if $(filter 650M,$(MODEL_SIZE)),--workloads 8x256 --repeats 1)
+# At 650M the side by side runs the short workload alone (8 x 256: about 20 s a contender on 2 cores, 5 repeats in
+# alternation; the long one, 256 proteins, would take about 6 minutes a contender and repeat).
+REAL_SIZES_OPTIONS := $(if $(filter 650M,$(MODEL_SIZE)),--workloads 8x256)
 
 # Every step runs, whatever the others' targets; a step that missed one makes `make bench` exit 1 at the end.
 bench: install models $(BENCH_READY) $(CLIENT_READY) $(JAVA_READY)
@@ -172,12 +172,14 @@ else
 		--precision int8
 	$(BIN)/python -m runtimes.choice --repository $(SIZED_REPOSITORY)
 	$(BIN)/python -m runtimes.choice --repository $(SIZED_REPOSITORY)-int8
-	$(BIN)/python -m benchmarks.real_sizes --size $(MODEL_SIZE) --fp32 $(SIZED_REPOSITORY) --int8 $(SIZED_REPOSITORY)-int8 \
-		$(REAL_SIZES_OPTIONS)
-	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)
-	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)-int8
+	status=0; \
+	$(BIN)/python -m benchmarks.real_sizes --size $(MODEL_SIZE) --fp32 $(SIZED_REPOSITORY) \
+		--int8 $(SIZED_REPOSITORY)-int8 $(REAL_SIZES_OPTIONS) || status=1; \
+	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY) || status=1; \
+	$(BIN)/python -m benchmarks.served_memory --repository $(SIZED_REPOSITORY)-int8 || status=1; \
 	$(BIN)/python -m benchmarks.overload --repository $(SIZED_REPOSITORY) --label $(MODEL_SIZE) \
-		$(BENCH_SIZED_OVERLOAD)
+		$(BENCH_SIZED_OVERLOAD) || status=1; \
+	exit $$status
 endif
 
 # The molecule default on MOSES test_scaffolds, through the service (benchmarks/molecules.py): reconstruction, sampling

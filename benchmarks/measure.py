@@ -41,6 +41,7 @@ from benchmarks.contenders import Contender
 from benchmarks.flops import EncoderShape
 from benchmarks.processes import ROOT, Running
 from benchmarks.worker_cpu import WorkerCpu
+from exporter.quantize import worst_cosine
 
 DRAIN_S = 180
 """Most seconds locust waits, after a point, for the requests its users are still waiting for."""
@@ -66,7 +67,7 @@ class Point:
     other_cpu: float
     """Share of the machine's CPU time taken by processes that are neither the contender nor locust."""
     window_rates: tuple[float, ...]
-    """Sequences per second in each window merged into this point (`merged`): how far two windows of one server
+    """Sequences per second in each repeat merged into this point (`merged`): how far two repeats of one server
     and the same requests differ is the noise any ratio of two such points carries."""
     api_workers: int = 0
     """The server's BentoML API worker processes counted (`Contender.api_workers`); 0: not counted."""
@@ -86,9 +87,15 @@ class Point:
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
+    @classmethod
+    def from_json(cls, fields: dict) -> Point:
+        """A point as its record holds it (dataclasses.asdict)."""
+        triton = fields["triton"] and TritonTotals(**fields["triton"])
+        return cls(**{**fields, "triton": triton, "window_rates": tuple(fields["window_rates"])})
+
 
 def merged(windows: list[Point]) -> Point:
-    """One point of a contender's windows at the same users: counts and seconds added, latencies pooled."""
+    """One point of a contender's repeats at the same users: counts and seconds added, latencies pooled."""
     first, seconds = windows[0], sum(window.seconds for window in windows)
     tritons = [window.triton for window in windows if window.triton is not None]
     cpus = [window.api_worker_cpu_s for window in windows]
@@ -113,17 +120,22 @@ def merged(windows: list[Point]) -> Point:
 
 @dataclass(frozen=True)
 class Probe:
-    """Sequential one-sequence requests: latency without queueing, and the answers against torch."""
+    """Sequential one-sequence requests, one round: latency without queueing, and every answer against torch's."""
 
     latencies_ms: list[float]
     max_abs_difference: float
+    worst_cosine: float
 
 
 PROBE_ORDER_SEED = 7
+"""Seeds the probe's `order`, one generator over all its rounds."""
 
 
-def probe(clients: dict[str, Embedder], sequences: list[str], reference: np.ndarray) -> dict[str, Probe]:
-    """Each sequence to every client in turn (interleaved, so drift hits all alike); `reference`: torch's answers.
+def probe(
+    clients: dict[str, Embedder], sequences: list[str], reference: np.ndarray, order: random.Random
+) -> dict[str, Probe]:
+    """One round: each sequence to every client in turn (interleaved, so drift hits all alike); `reference`: torch's
+    answers, against which every answer is held.
 
     The order is shuffled anew for every sequence (seeded), so that each contender follows each other one about
     equally often. In a cyclic order each follows the same one every time, and what comes before a request
@@ -134,7 +146,6 @@ def probe(clients: dict[str, Embedder], sequences: list[str], reference: np.ndar
     """
     latencies: dict[str, list[float]] = {name: [] for name in clients}
     answers: dict[str, list[np.ndarray]] = {name: [] for name in clients}
-    order = random.Random(PROBE_ORDER_SEED)
     for sequence in sequences:
         names = list(clients)
         order.shuffle(names)
@@ -143,7 +154,12 @@ def probe(clients: dict[str, Embedder], sequences: list[str], reference: np.ndar
             started = time.perf_counter()
             answers[name].append(client.embed([sequence])[0])
             latencies[name].append((time.perf_counter() - started) * 1000)
-    return {name: Probe(latencies[name], float(np.abs(np.stack(answers[name]) - reference).max())) for name in clients}
+    probes = {}
+    for name in clients:
+        stacked = np.stack(answers[name])
+        difference = float(np.abs(stacked - reference).max())
+        probes[name] = Probe(latencies[name], difference, worst_cosine(stacked, reference))
+    return probes
 
 
 def _cpu_seconds(processes: list[psutil.Process]) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import record
 from training.moses_data import TRAIN_SPLIT, split_file
 
 Canonical = str | None
@@ -122,17 +123,6 @@ def fcd(reference: dict[str, np.ndarray], generated: dict[str, np.ndarray]) -> f
 
 
 def checked(figures: dict[str, float | None], targets: dict[str, float] = TARGETS) -> dict[str, dict[str, Any]]:
-    """Each target's figure (of `targets`: the sampling's, or the tasks' of benchmarks/molecule_task_scores.py) and
-    whether it was met; a figure that could not be computed (None) misses."""
-    return {
-        name: {
-            "value": None if figures.get(name) is None else round(figures[name], 4),
-            "target": f">= {wanted}",
-            "met": figures.get(name) is not None and figures[name] >= wanted,
-        }
-        for name, wanted in targets.items()
-    }
-
-
-def missed(targets: dict[str, dict[str, Any]]) -> list[str]:
-    return [name for name, target in targets.items() if not target["met"]]
+    """Each target's figure (of `targets`, each an at-least bound: the sampling's, or the tasks' of
+    benchmarks/molecule_task_scores.py) and whether it was met; a figure that could not be computed (None) misses."""
+    return record.checked({name: record.Target(">=", wanted) for name, wanted in targets.items()}, figures)

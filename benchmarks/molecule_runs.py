@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import platform
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import requests
 
-from benchmarks.overload import service, vector_flags
+from benchmarks.overload import service
 from benchmarks.processes import Server
 from model_catalog import MODELS
 from preprocessing.smiles import SmilesTokenizer
-from runtimes.choice import cpu_model
 from serving.engine.inputs import MEGAMOLBART
 from training.moses_data import Molecules, held_out_molecules
 
@@ -83,20 +77,6 @@ class NativeApi:
         answer = response.json()
         entry = next(model for model in answer["models"] if model["name"] == MEGAMOLBART)
         return {"model": entry, "limits": answer["limits"]}
-
-
-def machine_record(benchmark: str, measured_at: str, module: str, argv: list[str] | None) -> dict[str, Any]:
-    """What a run's JSON says of where and how it ran: the CPU, the date, the commit measured and the command."""
-    return {
-        "benchmark": benchmark, "cpu": cpu_model(), "cores": psutil.cpu_count(), "flags": vector_flags(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
-        "command": " ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])]),
-    }  # fmt: skip
-
-
-def write_record(record: dict[str, Any], destination: Path) -> None:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(json.dumps(record, indent=1))
 
 
 def figure(value: float | None, digits: int = 3) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import molecule_metrics as metrics
+from benchmarks import record
 from benchmarks import molecule_task_scores as scores
 from benchmarks.molecule_runs import (
     DEFAULT_DOC,
@@ -48,13 +49,10 @@ from benchmarks.molecule_runs import (
     NativeApi,
     figure,
     held_out_order,
-    machine_record,
     molecule_service,
     run_line,
-    write_record,
     write_section,
 )
-from benchmarks.overload import commit
 from benchmarks.processes import start, stop
 from preprocessing.properties import penalized_logp, qed
 from preprocessing.smiles import canonical_smiles
@@ -217,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return 0
     began = time.monotonic()
-    measured_at = commit()  # the code that runs, whatever is committed meanwhile
+    measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     order, left_out = held_out_order()
     qed_chosen, qed_read = qed_seeds(order, args.qed_seeds)
     lowest, lowest_highest = lowest_plogp(order)
@@ -236,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         stop(running)
     figures = task_figures(qed_rows, plogp_rows)
     floors = [f"similarity >= {floor}" for floor in scores.SIMILARITY_FLOORS]
-    record = {
-        **machine_record("molecule tasks", measured_at, "benchmarks.molecule_tasks", argv), "served": served,
+    run = {
+        **record.header("molecule-tasks", argv if argv is not None else sys.argv[1:], measured_at), "served": served,
         "repository": str(args.repository),
         "selection": {
             "split": HELD_OUT, "seed": SELECTION_SEED, **left_out, "qed_seeds": len(qed_chosen), "qed_read": qed_read,
@@ -263,13 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         "qed_task": qed_rows, "plogp_task": plogp_rows,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / "molecule-tasks.json"
-    write_record(record, destination)
-    print(render(record))
+    record.write(run, destination)
+    print(render(run))
     print(f"wrote {destination}")
-    misses = metrics.missed(record["targets"])
-    if misses:
-        print(f"missed: {', '.join(misses)}")
-    return 1 if misses else 0
+    return record.exit_status(run["targets"])
 
 
 def _percent(value: float | None) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import molecule_metrics as metrics
+from benchmarks import record
 from benchmarks.molecule_runs import (
     DEFAULT_DOC,
     HELD_OUT,
@@ -43,14 +44,11 @@ from benchmarks.molecule_runs import (
     NativeApi,
     figure,
     held_out_order,
-    machine_record,
     molecule_service,
     run_line,
     tokenizable,
-    write_record,
     write_section,
 )
-from benchmarks.overload import commit
 from benchmarks.processes import start, stop
 from benchmarks.workload import DRUG_SMILES
 from preprocessing.smiles import canonical_smiles
@@ -210,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.doc, text)
         print(text)
         return 0
-    measured_at = commit()  # the code that runs, whatever is committed meanwhile
+    measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     chosen, left_out = selection(max(args.reconstruct, args.seeds))
     running = start(molecule_service(args.repository.resolve()), timeout=1800)
     try:
@@ -229,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds, decoded = ([row[key] for row in reconstruction] for key in ("seed_canonical", "canonical"))
     figures = {"exact reconstruction": metrics.fraction_exact(seeds, decoded), **sampling_figures(sampling)}
     targets = metrics.checked(figures)
-    record = {
-        **machine_record("molecules", measured_at, "benchmarks.molecules", argv), "served": served,
+    run = {
+        **record.header("molecules", argv if argv is not None else sys.argv[1:], measured_at), "served": served,
         "repository": str(args.repository),
         "selection": {
             "split": HELD_OUT, "seed": SELECTION_SEED, "reconstructed": args.reconstruct, "seeds": args.seeds,
@@ -245,13 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         "reconstruction": reconstruction, "samples": sampling,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / "molecules.json"
-    write_record(record, destination)
-    print(render(record))
+    record.write(run, destination)
+    print(render(run))
     print(f"wrote {destination}")
-    misses = metrics.missed(targets)
-    if misses:
-        print(f"missed: {', '.join(misses)}")
-    return 1 if misses else 0
+    return record.exit_status(run["targets"])
 
 
 def render(record: dict[str, Any]) -> str:

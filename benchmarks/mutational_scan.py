@@ -35,7 +35,7 @@ import requests
 import torch
 from transformers import AutoTokenizer, EsmForMaskedLM, PreTrainedTokenizerBase
 
-from benchmarks.esm_cpp import EsmCppLogits, convert
+from benchmarks.accuracy import ESM_CPP_LOGITS_TOLERANCE as LOGITS_TOLERANCE
 from benchmarks.torch_esm import CHECKPOINT
 from benchmarks.workload import MODEL, protein
 from exporter.quantize import spearman
@@ -51,8 +51,6 @@ SERVICE_TIMEOUT_S = 3600
 TRANSFORMERS, ESM_CPP_FP32, ESM_CPP_INT8, SERVICE = "transformers", "esm-cpp FP32", "esm-cpp INT8", "service"
 TARGETS = {TRANSFORMERS: 1.5, ESM_CPP_FP32: 2.0}
 """The issue's targets: the service's scores/s over each of these contenders'."""
-LOGITS_TOLERANCE = 1e-3
-"""How far esm-cpp's FP32 logits may be from transformers' for it to be timed at all."""
 
 Logits = Callable[[np.ndarray], np.ndarray]
 """Token ids [batch, length] to logits [batch, length, vocabulary]."""
@@ -142,6 +140,19 @@ class ScanRun:
     refused: dict[str, str]
     """Contenders left out before any scan, and why."""
     scans: list[LengthScan]
+
+    @classmethod
+    def from_json(cls, fields: dict) -> ScanRun:
+        """A run as a record holds it (dataclasses.asdict): make bench's report is rendered from its JSON."""
+        scans = [
+            LengthScan(
+                scan["residues"],
+                {name: ContenderScan(**contender) for name, contender in scan["contenders"].items()},
+                tuple(scan["load"]),
+            )
+            for scan in fields["scans"]
+        ]
+        return cls(**{**fields, "scans": scans})
 
 
 class LocalScan:
@@ -302,7 +313,10 @@ def judged(
 
 
 def measure(lengths: list[int], service_url: str | None = None, repeats: int = 1) -> ScanRun:
-    """The scan of a protein of each length by every contender; what `make bench` calls."""
+    """The scan of a protein of each length by every contender; what `make bench` calls. esm-cpp (the bench extra) is
+    imported here, not with the module: the report reads a scan's record without it."""
+    from benchmarks.esm_cpp import EsmCppLogits, convert
+
     tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
     model = EsmForMaskedLM.from_pretrained(CHECKPOINT, attn_implementation="sdpa").eval()
     reference = TransformersLogits(model)

@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
+from benchmarks import record
 from benchmarks.client_files import run_cli, write_fasta
 from benchmarks.processes import Running, Server, start, stop
 from benchmarks.served_memory import pss_kib
@@ -223,13 +222,6 @@ async def client_file_under_overload(running: Running, records: int, clients: in
     return ClientFile(records, round(seconds, 1), ids == [f"p{index}" for index in range(records)], refused)
 
 
-def commit() -> str:
-    """HEAD, with `+changes` where tracked files differ from it."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
-    return head + ("+changes" if changed.stdout.strip() else "")
-
-
 def checked(steps: dict[str, Step], saturation: float, deadline_s: float) -> dict[str, dict]:
     """Each target: its value and whether it was met."""
     results: dict[str, dict] = {}
@@ -305,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         print(render(json.loads(args.render.read_text())))
         return 0
-    measured_at = commit()  # the code that runs, whatever is committed meanwhile
+    measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     running = start(service(args.repository.resolve()), timeout=1800)
     client_file = None
     try:
@@ -320,23 +312,18 @@ def main(argv: list[str] | None = None) -> int:
         targets["CLI file under 4x: every record once, in order, none refused"] = {
             "value": asdict(client_file), "target": "complete", "met": client_file.complete_in_order and not client_file.refused,
         }  # fmt: skip
-    record = {
-        "benchmark": "overload", "label": args.label, "cpu": cpu_model(), "cores": psutil.cpu_count(),
-        "flags": vector_flags(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": measured_at, "python": platform.python_version(),
-        "command": " ".join(["python -m benchmarks.overload", *(argv if argv is not None else sys.argv[1:])]),
+    run = {
+        **record.header("overload", argv if argv is not None else sys.argv[1:], measured_at), "label": args.label,
         "deadline_s": args.deadline, "request": {"proteins": args.proteins, "residues": RESIDUES, "tokens": args.proteins * (RESIDUES + 2)},
         "saturation_tokens_per_s": round(saturation, 1), "saturating_clients": saturating,
         "steps": {name: step.summary() for name, step in steps.items()}, "samples": {name: asdict(step) for name, step in steps.items()},
         "targets": targets,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / f"overload-{args.label}.json"
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    destination.write_text(json.dumps(record, indent=1))
-    print(render(record))
+    record.write(run, destination)
+    print(render(run))
     print(f"wrote {destination}")
-    missed = [name for name, target in targets.items() if not target["met"]]
-    return 1 if missed else 0
+    return record.exit_status(targets)
 
 
 def _seconds(value: float | None) -> str:
@@ -368,14 +355,6 @@ def render(record: dict) -> str:
     for name, target in record["targets"].items():
         lines.append(f"| {name} | {target['value']} | {target['target']} | {'met' if target['met'] else '**missed**'} |")
     return "\n".join(lines)
-
-
-def vector_flags() -> list[str]:
-    """The CPU's vector and matrix extensions (avx*, amx*, fma): what a record's figures depend on beside its model."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return sorted(flag for flag in line.partition(":")[2].split() if flag.startswith(("avx", "amx", "fma")))
-    return []
 
 
 if __name__ == "__main__":

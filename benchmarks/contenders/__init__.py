@@ -45,9 +45,6 @@ class Contender:
     triton_model: str = MODEL
     workload: str = "embed"
     """`embed` (/embed traffic) or `generate` (/generate traffic)."""
-    alternates_with: str | None = None
-    """The contender of another server it is compared with: both servers up, measured in alternating windows
-    (benchmarks.run), so that the ratio is not one of two stretches of a machine whose speed drifts."""
     api_workers: bool = False
     """Count the CPU time of its server's BentoML API workers in each point's window (benchmarks.worker_cpu): the
     service's fronts, whose requests go through them, and direct-triton, whose requests bypass the same workers
@@ -69,7 +66,7 @@ BENTOML = Server(
     "/readyz",
 )  # fmt: skip
 
-# Contenders of one server follow each other: it starts once for them.
+# In this order in each alternation (benchmarks.run): A B C ... A B C.
 CONTENDERS = (
     Contender("service", "this service: BentoML front, Triton python backend, the runtime timed fastest on this CPU",
               SERVICE, "EmbedUser", triton_url=tritonserver_url, api_workers=True),
@@ -81,8 +78,7 @@ CONTENDERS = (
     Contender("service-generate", "this service's /generate (MegaMolBART, greedy, at most 128 steps)", SERVICE,
               "GenerateUser", client=None, workload="generate"),
     Contender("service-grpc", "this service's gRPC front (serve-grpc): the same requests to BentoService/Call `embed`",
-              SERVICE_GRPC, "GrpcEmbedUser", client=GrpcEmbedder, triton_url=tritonserver_url, alternates_with="service",
-              api_workers=True),
+              SERVICE_GRPC, "GrpcEmbedUser", client=GrpcEmbedder, triton_url=tritonserver_url, api_workers=True),
     Contender("naive", "torch eager behind http.server, one request at a time", NAIVE, "EmbedUser"),
     Contender("naive-generate", "transformers' generate (greedy, key-value cache) per request behind http.server, one at "
               "a time", NAIVE, "GenerateUser", client=None, workload="generate"),
