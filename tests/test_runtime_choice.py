@@ -375,10 +375,11 @@ def test_a_dead_instance_neither_holds_its_slot_nor_counts_as_busy(tmp_path: Pat
 
 
 def test_the_start_up_path_needs_neither_torch_nor_transformers() -> None:
-    """The image installs the cpu lock, which has neither: the launcher, the runtime timings and the service start
-    without them (TorchScript is then left out of the timings as not installed)."""
+    """The image installs the cpu lock, which has neither (nor scipy, which pycma imports where it is there): the
+    launcher, the runtime timings and the service start without them (TorchScript is then left out of the timings as
+    not installed)."""
     code = (
-        "import sys\nfor name in ('torch', 'transformers', 'onnx'): sys.modules[name] = None\n"
+        "import sys\nfor name in ('torch', 'transformers', 'onnx', 'scipy'): sys.modules[name] = None\n"
         "import serving.startup.launch, runtimes.choice, service\n"
         "from runtimes.engines import Runtime\nassert not Runtime.TORCHSCRIPT.installed()"
     )
