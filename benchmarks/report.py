@@ -340,9 +340,16 @@ def _scan_section(run: dict[str, Any]) -> list[str]:
     ]
 
 
+KEPT_SECTION = "## Other measurements on this CPU"
+"""Where the report's own part ends: from this heading on, a report keeps what it held (the other benchmarks' tables on
+this CPU, each rendered from its own JSON, e.g. the overload step's between its markers)."""
+
+
 def write(path: Path, run: dict[str, Any], source: Path) -> None:
     """The report of `run` (a benchmarks.run record, read from or written to `source`) at `path`, its plot beside
-    it."""
+    it; the page's KEPT_SECTION, where it has one, carried over."""
+    before = path.read_text() if path.is_file() else ""
+    kept = before[before.index(KEPT_SECTION) :] if KEPT_SECTION in before else ""
     figures = Figures(run)
     picture = path.with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -477,7 +484,7 @@ def write(path: Path, run: dict[str, Any], source: Path) -> None:
         "",
         *_scan_section(run),
     ]
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines) + ("\n\n" + kept if kept else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

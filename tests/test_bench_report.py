@@ -29,3 +29,17 @@ def test_the_report_is_rendered_from_the_json_with_the_served_runtime_as_headlin
     assert "| repeats | 5 | >= 5 | met |" in text
     assert "median 10 GFLOP/s" in text and "= **269 GFLOP/s**" in text  # the reference and the FMA ceiling
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_new_report_keeps_the_pages_other_measurements(tmp_path: Path) -> None:
+    """The overload step's and the other benchmarks' tables on the same CPU's page survive a new `make bench`."""
+    run = run_record(RATES, [1, 32], {"service": [{"latencies_ms": [50.0], "max_abs_difference": 1e-6,
+                                                   "worst_cosine": 1.0}] * 5})  # fmt: skip
+    run["targets"] = targets(run)
+    source, out = tmp_path / "bench.json", tmp_path / "benchmarks-intel-xeon.md"
+    source.write_text(json.dumps(run))
+    kept = f"{report.KEPT_SECTION}\n\n<!-- overload: begin -->\n| step |\n<!-- overload: end -->\n"
+    out.write_text("# an older report\n\n" + kept)
+    assert report.main(["--render", str(source), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "an older report" not in text and text.endswith(kept) and "## The served runtime" in text
