@@ -81,9 +81,9 @@ def test_a_call_the_work_ahead_would_keep_past_its_deadline_is_refused_at_once_w
     run(test)
 
 
-def test_only_a_client_holding_work_here_leaves_room_for_calls_placed_before_it_later() -> None:
-    """A client with nothing here needs no room kept for others' calls; one holding work keeps CUT_IN_RESERVE of its
-    cost."""
+def test_only_a_client_ahead_in_service_leaves_room_for_calls_placed_before_it_later() -> None:
+    """A client whose start tag is the virtual time cannot be overtaken (every later call's tag is as late), so its
+    call needs no room kept for others; a client ahead in service keeps CUT_IN_RESERVE of its cost."""
 
     async def test() -> None:
         scheduler = Scheduler(max_running=1, default_timeout_s=10)
@@ -95,7 +95,7 @@ def test_only_a_client_holding_work_here_leaves_room_for_calls_placed_before_it_
         await held.settle()
         assert len(scheduler.waiting) == 2
         CALLER.set(Caller.from_now("c", 60.0))
-        with pytest.raises(Overloaded) as refused:  # c holds work: 6.5 + 20 (+ 20 of room) s > 42 s
+        with pytest.raises(Overloaded) as refused:  # c is ahead now: 6.5 + 20 (+ 20 of room) s > 42 s
             async with scheduler.admitted(Work(EMBED, 20.0)):
                 raise AssertionError("a refused call ran")
         assert refused.value.retry_after_s == pytest.approx(6.5 + 20.0 * (1 + CUT_IN_RESERVE) - 42.0, abs=0.05)

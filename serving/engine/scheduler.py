@@ -5,7 +5,7 @@ scheduler plans when it would finish: the work of the calls running (what is lef
 in the order they will start, each one's cost, in this worker's seconds (a running call's share of the worker's time
 is what it is charged, so these add up to the time the worker is busy). A new call takes its place in that plan and
 is admitted only if it finishes before its caller's deadline (ADMIT_MARGIN of it), with room to spare for one more
-call of its size where its client holds other work here (CUT_IN_RESERVE). Else it is refused at once: `OverShare` (429) where its client
+call of its size where it waits and a fairer client's call may later take its place ahead (CUT_IN_RESERVE). Else it is refused at once: `OverShare` (429) where its client
 holds more than its share of the work while others have some, else `Overloaded` (503), each with the seconds after
 which the plan will have drained enough for it and the calls refused before it have had their turn (`Retry-After`).
 So past capacity the cores go to answers someone will read, not to requests that would time out, nor to refusing the
@@ -45,10 +45,9 @@ ADMIT_MARGIN = 0.7
 """Share of the time left to a caller that its planned finish may take: estimates err, and a call admitted must be
 answered, not end in a 504."""
 CUT_IN_RESERVE = 1.0
-"""Room a call admitted leaves before its finish limit, in its own costs, where its client holds other work here
-already: what calls of fairer clients placed ahead of it later may take. A client with nothing here keeps none, so
-that a lone client's call is not refused for room only others would use (placing a call never pushes another past its
-limit: the room is for fairness, not safety)."""
+"""Room a call admitted leaves before its finish limit, in its own costs: what calls of fairer clients placed ahead of
+it later may take. None where no call can be: one whose start tag is the virtual time (its client is not ahead in
+service), which any later call's start tag equals or passes."""
 SHARED_RUN_S = 0.25
 """Most estimated work a call may start beside (what the calls running have left, plus its own): longer calls run one
 at a time, as Triton's batcher would merge concurrent ones into batches that take as long as all of them together,
@@ -213,10 +212,8 @@ class Scheduler:
         return ticket
 
     def _reserve_s(self, ticket: _Ticket) -> float:
-        """The room `ticket` leaves for calls that may later be placed ahead of it (CUT_IN_RESERVE): where its client
-        holds other work here already."""
-        holds = any(other.caller.client == ticket.caller.client for other in [*self.running, *self.waiting])
-        return ticket.cost_s * CUT_IN_RESERVE if holds else 0.0
+        """The room `ticket` leaves for calls that may later be placed ahead of it (CUT_IN_RESERVE)."""
+        return ticket.cost_s * CUT_IN_RESERVE if ticket.start_tag > self._virtual_time else 0.0
 
     def _expire(self, ticket: _Ticket) -> None:
         """Give up a call still waiting when no more than its work's time is left: a 503 now, not a 504 later."""
