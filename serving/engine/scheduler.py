@@ -5,7 +5,7 @@ scheduler plans when it would finish: the work of the calls running (what is lef
 in the order they will start, each one's cost, in this worker's seconds (a running call's share of the worker's time
 is what it is charged, so these add up to the time the worker is busy). A new call takes its place in that plan and
 is admitted only if it finishes before its caller's deadline (ADMIT_MARGIN of it), with room to spare for one more
-call of its size where it waits and a fairer client's call may later take its place ahead (CUT_IN_RESERVE). Else it is refused at once: `OverShare` (429) where its client
+call of its size where it waits (CUT_IN_RESERVE). Else it is refused at once: `OverShare` (429) where its client
 holds more than its share of the work while others have some, else `Overloaded` (503), each with the seconds after
 which the plan will have drained enough for it and the calls refused before it have had their turn (`Retry-After`).
 So past capacity the cores go to answers someone will read, not to requests that would time out, nor to refusing the
@@ -46,8 +46,7 @@ ADMIT_MARGIN = 0.7
 answered, not end in a 504."""
 CUT_IN_RESERVE = 1.0
 """Room a call admitted leaves before its finish limit, in its own costs: what calls of fairer clients placed ahead of
-it later may take. None where no call can be: one whose start tag is the virtual time (its client is not ahead in
-service), which any later call's start tag equals or passes."""
+it later may take."""
 SHARED_RUN_S = 0.25
 """Most estimated work a call may start beside (what the calls running have left, plus its own): longer calls run one
 at a time, as Triton's batcher would merge concurrent ones into batches that take as long as all of them together,
@@ -178,7 +177,7 @@ class Scheduler:
             dropped.append(victim)
             waiting = [other for other in self.waiting if other not in dropped]
             place = self._place(ticket.cost_s, ticket.start_tag, waiting)
-            if place.index == place.fair and place.finish_s + self._reserve_s(ticket) <= ticket.limit_s:
+            if place.index == place.fair and place.finish_s + ticket.cost_s * CUT_IN_RESERVE <= ticket.limit_s:
                 return dropped
         return []
 
@@ -191,12 +190,12 @@ class Scheduler:
         start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
         ticket = _Ticket(work, caller, cost_s, start_tag)
         place = self._place(cost_s, start_tag)
-        if place.index > place.fair or place.finish_s + self._reserve_s(ticket) > ticket.limit_s:
+        if place.index > place.fair or place.finish_s + cost_s * CUT_IN_RESERVE > ticket.limit_s:
             for dropped in self._room_made(ticket):
                 self._drop(dropped)
             place = self._place(cost_s, start_tag)
         starts = (self._has_place(ticket) and not self.waiting) or self._starts_beside(ticket, place)
-        needed_s = place.finish_s + (0.0 if starts else self._reserve_s(ticket))
+        needed_s = place.finish_s + (0.0 if starts else cost_s * CUT_IN_RESERVE)
         if needed_s > caller.remaining_s() * ADMIT_MARGIN:
             self._refuse(caller, cost_s, needed_s, now)
         self._finish_tags[caller.client] = start_tag + cost_s
@@ -210,10 +209,6 @@ class Scheduler:
             self.waiting.insert(place.index, ticket)
             QUEUED.inc()
         return ticket
-
-    def _reserve_s(self, ticket: _Ticket) -> float:
-        """The room `ticket` leaves for calls that may later be placed ahead of it (CUT_IN_RESERVE)."""
-        return ticket.cost_s * CUT_IN_RESERVE if ticket.start_tag > self._virtual_time else 0.0
 
     def _expire(self, ticket: _Ticket) -> None:
         """Give up a call still waiting when no more than its work's time is left: a 503 now, not a 504 later."""
