@@ -18,9 +18,9 @@ later start tag, but only where each of them still finishes in its own time with
 spare room is what it may take); else it goes further back. A call admitted is so never pushed past its deadline by
 a later one: the plan holds unless the estimates were wrong. Where the plan has no room left at a client's fair
 place, and another client holds more work than it would, that client's earliest calls waiting behind the place give
-it up, refused 429 (longest queue drop): a flood cannot hold a newcomer out, and equals never trade places. A lone client's call starts at once beside the running
-ones where a flooder holds more than its share of the places, and its graph calls go first in Triton's queue
-(CallPriority). A caller whose client has gone is never started (the front cancels its task); one whose time left
+it up, refused 429 (longest queue drop): a flood cannot hold a newcomer out, and equals never trade places. A lone
+client's call starts at once beside the running ones where a flooder holds more than its share of them, and its graph
+calls go first in Triton's queue (CallPriority). A caller whose client has gone is never started (the front cancels its task); one whose time left
 the estimates, grown since, say is too short is given up before its deadline rather than started.
 """
 
