@@ -117,7 +117,8 @@ def test_scan_long_form_and_heatmap_equal_score(service: RunningService, tmp_pat
 def test_variants_file_equals_score(service: RunningService, tmp_path: Path) -> None:
     wild_type = "MKTAYIAKQRQISFVKSHFSRQ"
     (tmp_path / "variants.csv").write_text("id,mutant\nv1,K2R\nv2,T3A:Y5W\nv3,W9A\nv4,A4G\n")
-    run(service, "score", str(tmp_path / "variants.csv"), "--wild-type", wild_type, "-o", str(tmp_path / "scores.parquet"))
+    run(service, "score", str(tmp_path / "variants.csv"), "--wild-type", wild_type, "-o", str(tmp_path / "scores.parquet"),
+        status=3)  # its bad variant refused
     rows = pq.read_table(tmp_path / "scores.parquet").to_pylist()
     expected = service.answer("/score", {"sequence": wild_type, "mutations": ["K2R", "T3A:Y5W", "A4G"]})["scores"]
     assert [(r["id"], r["variant"], r["position"], r["wild_type"], r["mutant"]) for r in rows] == [
@@ -147,7 +148,7 @@ def test_logits_and_contacts_with_a_plot_equal_the_endpoints(service: RunningSer
 
 def test_smiles_latents_decode_and_generate_equal_the_endpoints(service: RunningService, tmp_path: Path) -> None:
     (tmp_path / "in.smi").write_text("CCO ethanol\nc1ccccc1O phenol\nC1CC broken\nCC(=O)Nc1ccc(O)cc1 paracetamol\n")
-    run(service, "embed", str(tmp_path / "in.smi"), "-o", str(tmp_path / "latents.parquet"), "--per-token")
+    run(service, "embed", str(tmp_path / "in.smi"), "-o", str(tmp_path / "latents.parquet"), "--per-token", status=3)
     run(service, "decode", str(tmp_path / "latents.parquet"), "-o", str(tmp_path / "decoded.csv"), "--max-length", "24")
     good = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]
     hidden = service.answer("/hidden", {"model": "megamolbart", "sequences": good})
@@ -157,7 +158,7 @@ def test_smiles_latents_decode_and_generate_equal_the_endpoints(service: Running
     assert pacsv.read_csv(tmp_path / "latents.errors.csv").column("id").to_pylist() == ["broken"]
 
     run(service, "generate", str(tmp_path / "in.smi"), "-o", str(tmp_path / "generated.parquet"),
-        "--num-samples", "2", "--seed", "5", "--max-length", "24")  # fmt: skip
+        "--num-samples", "2", "--seed", "5", "--max-length", "24", status=3)  # fmt: skip
     generated = pq.read_table(tmp_path / "generated.parquet").to_pylist()
     # one chunk: the seed is the job's seed plus the chunk's first record (0); the refused seed leaves the rest
     expected = service.answer("/generate", {"smiles": good, "num_samples": 2, "seed": 5, "max_length": 24})

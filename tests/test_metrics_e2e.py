@@ -121,8 +121,8 @@ def test_a_scrape_counts_what_was_served_exactly(metered: RunningService) -> Non
     # Every decoder step is one decoder execution; each request's batch run ends with one call that only releases
     # its caches, which is no step.
     decoder_executions = triton_after["megamolbart_decoder"][2] - triton_before["megamolbart_decoder"][2]
-    assert moved("bionemo_decoder_step_rows_count", **megamolbart) == decoder_executions - 2
-    assert moved("bionemo_decoder_step_rows_sum", **megamolbart) >= 2 * 2  # both samples on the first step
+    assert moved("bionemo_decoder_step_rows_count", model="megamolbart") == decoder_executions - 2
+    assert moved("bionemo_decoder_step_rows_sum", model="megamolbart") >= 2 * 2  # both samples on the first step
 
     assert value(after, "bionemo_triton_metrics_up") == 1
     assert value(after, "bionemo_in_flight_requests") == 0
