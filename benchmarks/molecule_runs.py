@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,12 @@ def write_section(doc: Path, text: str) -> None:
     begin, end = lines[0], lines[-1]
     before = doc.read_text()
     doc.write_text(before[: before.index(begin)] + text + before[before.index(end) + len(end) :])
+
+
+def render_into_doc(run_json: Path, doc: Path, render: Callable[[dict[str, Any]], str]) -> int:
+    """`--render`: the section `render` makes of the run at `run_json`, written between its markers in `doc` and
+    printed; the exit status."""
+    text = render(json.loads(run_json.read_text()))
+    write_section(doc, text)
+    print(text)
+    return 0

@@ -25,7 +25,6 @@ of --doc, and nothing else.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -37,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import molecule_metrics as metrics
-from benchmarks import record
 from benchmarks import molecule_task_scores as scores
+from benchmarks import record
 from benchmarks.molecule_runs import (
     DEFAULT_DOC,
     HELD_OUT,
@@ -50,8 +49,8 @@ from benchmarks.molecule_runs import (
     figure,
     held_out_order,
     molecule_service,
+    render_into_doc,
     run_line,
-    write_section,
 )
 from benchmarks.processes import start, stop
 from preprocessing.properties import penalized_logp, qed
@@ -210,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC, help="the markdown file --render writes into")
     args = parser.parse_args(argv)
     if args.render:
-        text = render(json.loads(args.render.read_text()))
-        write_section(args.doc, text)
-        print(text)
-        return 0
+        return render_into_doc(args.render, args.doc, render)
     began = time.monotonic()
     measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     order, left_out = held_out_order()

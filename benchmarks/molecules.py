@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import sys
 import time
 from pathlib import Path
@@ -45,9 +44,9 @@ from benchmarks.molecule_runs import (
     figure,
     held_out_order,
     molecule_service,
+    render_into_doc,
     run_line,
     tokenizable,
-    write_section,
 )
 from benchmarks.processes import start, stop
 from benchmarks.workload import DRUG_SMILES
@@ -204,10 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC, help="the markdown file --render writes into")
     args = parser.parse_args(argv)
     if args.render:
-        text = render(json.loads(args.render.read_text()))
-        write_section(args.doc, text)
-        print(text)
-        return 0
+        return render_into_doc(args.render, args.doc, render)
     measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     chosen, left_out = selection(max(args.reconstruct, args.seeds))
     running = start(molecule_service(args.repository.resolve()), timeout=1800)
