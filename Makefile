@@ -12,11 +12,11 @@ EXPORT_MODELS ?=
 PRECISION ?= fp32
 MODELS_READY := $(REPOSITORY)/.exported
 PRECISION_ASKED := $(REPOSITORY)/.precision
-# The tritonserver base image's Python and glibc (bentofile.yaml); tests/test_packaging.py checks they agree.
+# The tritonserver base image's Python and glibc (bentofile.yaml); tests/unit/test_packaging.py checks they agree.
 IMAGE_PYTHON := 3.12
 IMAGE_PLATFORM := x86_64-manylinux_2_39
-EXPORT_SOURCES := model_catalog.py \
-	$(wildcard exporter/*.py exporter/*/*.py preprocessing/*.py runtimes/*.py runtimes/*/*.py weights/*/*)
+EXPORT_SOURCES := bionemo_serving/model_catalog.py \
+	$(wildcard bionemo_serving/exporter/*.py bionemo_serving/exporter/*/*.py bionemo_serving/preprocessing/*.py bionemo_serving/runtimes/*.py bionemo_serving/runtimes/*/*.py weights/*/*)
 
 # bentoml finds tritonserver on PATH: the one in $(BIN) (see tritonserver_setup).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -38,19 +38,19 @@ $(INSTALLED): pyproject.toml requirements/navigator-cpu.txt requirements/moses-d
 	$(BIN)/pip install --quiet --no-deps -r requirements/moses-data.txt
 	touch $@
 
-$(TRITON_READY): $(INSTALLED) $(wildcard tritonserver_setup/*.py)
+$(TRITON_READY): $(INSTALLED) $(wildcard operations/tritonserver_setup/*.py)
 	$(BIN)/python -m tritonserver_setup --check-timeout 120
 	touch $@
 
 models: $(MODELS_READY)
 
 # Export again whenever the descriptions or the exporter change; then time each encoder's runtimes on this machine
-# (serving.startup.launch does it too, where a record does not hold for the machine it starts on).
+# (bionemo_serving.startup.launch does it too, where a record does not hold for the machine it starts on).
 # `exporter defaults --force` never exports over a version another export wrote (a user's own checkpoint): it says so.
 $(MODELS_READY): $(INSTALLED) $(EXPORT_SOURCES) $(PRECISION_ASKED)
-	$(BIN)/python -m exporter defaults --force --precision $(PRECISION) --repository $(REPOSITORY) \
+	$(BIN)/python -m bionemo_serving.exporter defaults --force --precision $(PRECISION) --repository $(REPOSITORY) \
 		$(if $(EXPORT_MODELS),--models $(EXPORT_MODELS))
-	$(BIN)/python -m runtimes.choice --repository $(REPOSITORY)
+	$(BIN)/python -m bionemo_serving.runtimes.choice --repository $(REPOSITORY)
 	touch $@
 
 # Rewritten only when PRECISION changes, so that a change exports again.
@@ -59,26 +59,26 @@ $(PRECISION_ASKED): FORCE
 	@echo $(PRECISION) | cmp -s - $@ || echo $(PRECISION) > $@
 
 serve: install models
-	$(BIN)/python -m serving.startup.launch service:svc
+	$(BIN)/python -m bionemo_serving.startup.launch service:svc
 
 # BentoML's gRPC server (BentoService, BioNeMo's GenerativeSampler services, health, reflection) on the same settings.
 serve-grpc: install models
-	$(BIN)/python -m serving.startup.launch --grpc service:svc
+	$(BIN)/python -m bionemo_serving.startup.launch --grpc service:svc
 
 # The image's tests run containers: podman (or docker with its daemon) and debootstrap, installed with apt as root,
-# else `make test` stops naming them (container/engine.py).
+# else `make test` stops naming them (operations/container/engine.py).
 CONTAINER_ENGINE_READY := $(VENV)/.container-engine
 
-$(CONTAINER_ENGINE_READY): $(INSTALLED) container/engine.py
-	$(BIN)/python -m container.engine --provision
+$(CONTAINER_ENGINE_READY): $(INSTALLED) operations/container/engine.py
+	$(BIN)/python -m operations.container.engine --provision
 	touch $@
 
-# Spark's tests (tests/test_spark_e2e.py, test_spark_cluster_e2e.py) and make bench's Spark lines start JVMs: Java,
-# installed with apt as root, else `make test` stops naming it (tools/java_runtime.py).
+# Spark's tests (tests/e2e/test_spark_e2e.py, test_spark_cluster_e2e.py) and make bench's Spark lines start JVMs: Java,
+# installed with apt as root, else `make test` stops naming it (operations/tools/java_runtime.py).
 JAVA_READY := $(VENV)/.java-checked
 
-$(JAVA_READY): $(INSTALLED) tools/java_runtime.py
-	$(BIN)/python -m tools.java_runtime --provision
+$(JAVA_READY): $(INSTALLED) operations/tools/java_runtime.py
+	$(BIN)/python -m operations.tools.java_runtime --provision
 	touch $@
 
 # The client package (clients/python) in an environment of its own, without the server's packages: its own tests
@@ -105,14 +105,14 @@ test: install models $(CONTAINER_ENGINE_READY) $(JAVA_READY) test-client
 test-fast: $(INSTALLED) test-client
 	$(BIN)/python -m pytest -m "not e2e and not container"
 
-# Every target's image pins (container/requirements-*.lock) against OSV's advisories, with pip-audit: exit 1 on a
+# Every target's image pins (operations/container/requirements-*.lock) against OSV's advisories, with pip-audit: exit 1 on a
 # known vulnerability or a pin left unaudited. Where the service is unreachable (a closed network, CI's too) it prints
 # `dependency audit NOT RUN` and passes, unless AUDIT_REQUIRED=1.
 # Through a mirror: `make audit AUDIT_OSV_URL=https://osv.example/v1/query AUDIT_REQUIRED=1`.
 AUDIT_OSV_URL ?= https://api.osv.dev/v1/query
 
 audit: $(INSTALLED)
-	$(BIN)/python -m tools.dependency_audit --osv-url $(AUDIT_OSV_URL)
+	$(BIN)/python -m operations.tools.dependency_audit --osv-url $(AUDIT_OSV_URL)
 
 # Not part of `make test`: five servers of the same esm2nv weights, all up at once, measured in alternation 5 times
 # (benchmarks/run.py: its JSON in benchmarks/results/bench-<cpu>.json, this CPU's report rendered from it anew:
@@ -167,11 +167,11 @@ ifeq ($(MODEL_SIZE),)
 		--client-file $(BENCH_OVERLOAD_FILE) || status=1; \
 	exit $$status
 else
-	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
-	$(BIN)/python -m exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
+	$(BIN)/python -m bionemo_serving.exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)
+	$(BIN)/python -m bionemo_serving.exporter defaults --models esm2nv --size $(MODEL_SIZE) --repository $(SIZED_REPOSITORY)-int8 \
 		--precision int8
-	$(BIN)/python -m runtimes.choice --repository $(SIZED_REPOSITORY)
-	$(BIN)/python -m runtimes.choice --repository $(SIZED_REPOSITORY)-int8
+	$(BIN)/python -m bionemo_serving.runtimes.choice --repository $(SIZED_REPOSITORY)
+	$(BIN)/python -m bionemo_serving.runtimes.choice --repository $(SIZED_REPOSITORY)-int8
 	status=0; \
 	$(BIN)/python -m benchmarks.real_sizes --size $(MODEL_SIZE) --fp32 $(SIZED_REPOSITORY) \
 		--int8 $(SIZED_REPOSITORY)-int8 $(REAL_SIZES_OPTIONS) || status=1; \
@@ -192,13 +192,13 @@ bench-molecules: install models $(BENCH_READY)
 	$(BIN)/python -m benchmarks.molecule_tasks --repository $(REPOSITORY) || status=1; \
 	exit $$status
 
-# megamolbart's default, trained here on MOSES train (training/): each call trains TRAIN_MINUTES more, from the run's
+# megamolbart's default, trained here on MOSES train (bionemo_serving/training/): each call trains TRAIN_MINUTES more, from the run's
 # checkpoint where there is one; the weights that ship are exported from it into weights/ (docs/checkpoints.md).
 TRAIN_MINUTES ?= 60
 TRAIN_RUN := runs/megamolbart
 
 train-megamolbart: $(INSTALLED)
-	$(BIN)/python -m training.megamolbart --run-dir $(TRAIN_RUN) $(if $(wildcard $(TRAIN_RUN)/checkpoint.pt),--resume) \
+	$(BIN)/python -m bionemo_serving.training.megamolbart --run-dir $(TRAIN_RUN) $(if $(wildcard $(TRAIN_RUN)/checkpoint.pt),--resume) \
 		--minutes $(TRAIN_MINUTES)
 
 # How cost grows with the model and the protein: /embed tokens/s and a scan's time, esm2nv served at 8M (the
@@ -237,20 +237,20 @@ lock: $(INSTALLED)
 	for runtime in $(RUNTIMES); do \
 		$(BIN)/uv pip compile pyproject.toml --extra $$runtime --python-version $(IMAGE_PYTHON) \
 			--python-platform $(IMAGE_PLATFORM) --only-binary :all: --no-python-downloads --quiet \
-			-o container/requirements-$$runtime.lock || exit 1; \
+			-o operations/container/requirements-$$runtime.lock || exit 1; \
 	done
-	grep -v '^$(STAND_IN_UNPINNED)==' container/requirements-cpu.lock > $(VENV)/stand-in-constraints.txt
+	grep -v '^$(STAND_IN_UNPINNED)==' operations/container/requirements-cpu.lock > $(VENV)/stand-in-constraints.txt
 	$(BIN)/uv pip compile pyproject.toml --extra cpu --python-version $(STAND_IN_PYTHON) \
 		--python-platform $(STAND_IN_PLATFORM) --only-binary :all: --no-python-downloads --quiet \
-		-c $(VENV)/stand-in-constraints.txt -o container/requirements-cpu-stand-in.lock
+		-c $(VENV)/stand-in-constraints.txt -o operations/container/requirements-cpu-stand-in.lock
 
-# The bento's image, with docker, podman or buildah (container/image.py): on bentofile.yaml's base image, any other
+# The bento's image, with docker, podman or buildah (operations/container/image.py): on bentofile.yaml's base image, any other
 # with tritonserver on PATH (BASE_IMAGE=...), or BASE_IMAGE=stand-in, a stand-in for it built here first.
 BASE_IMAGE ?=
 TARGET ?= cpu
 
 image: install models
-	$(BIN)/python -m container.image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) --target $(TARGET)
+	$(BIN)/python -m operations.container.image $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) --target $(TARGET)
 
 clean:
 	rm -rf $(VENV) $(CLIENT_VENV) checkpoints model_repository/*/ $(MODELS_READY) $(PRECISION_ASKED) model_repository-*/

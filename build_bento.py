@@ -5,7 +5,7 @@
 Every target carries the same model repository (each model has a config per
 target); the target sets BIONEMO_TARGET in the image, which makes Triton load
 that target's configs, and picks the lock of the onnxruntime those configs run
-on (serving/startup/target_runtime.py). The default models are exported first when the
+on (bionemo_serving/startup/target_runtime.py). The default models are exported first when the
 repository has none.
 
 By default the bento carries every model with every runtime's files. `--models` keeps those models' graphs alone
@@ -24,12 +24,12 @@ import bentoml
 import yaml
 from bentoml._internal.bento.build_config import BentoEnvSchema  # the type bentoml.bentos.build's `envs` takes
 
-from exporter.__main__ import main as export_main
-from exporter.triton_config import config_path
-from model_catalog import MODELS, Target
-from runtimes.engines import Runtime
-from runtimes.served_repository import relink
-from serving.startup.target_runtime import TARGET_BUILDS
+from bionemo_serving.exporter.__main__ import main as export_main
+from bionemo_serving.exporter.triton_config import config_path
+from bionemo_serving.model_catalog import MODELS, Target
+from bionemo_serving.runtimes.engines import Runtime
+from bionemo_serving.runtimes.served_repository import relink
+from bionemo_serving.startup.target_runtime import TARGET_BUILDS
 
 ROOT = Path(__file__).resolve().parent
 REPOSITORY = ROOT / "model_repository"
@@ -86,7 +86,7 @@ def build(
     runtimes: Sequence[Runtime] | None = None,
 ) -> bentoml.Bento:
     """The bento for `target`; `base_image`, its `python_version` and the `lock` installed on it replace
-    bentofile.yaml's and the target's (container/image.py builds on a stand-in base with them); `models` and
+    bentofile.yaml's and the target's (operations/container/image.py builds on a stand-in base with them); `models` and
     `runtimes` (None: all) keep those models' graphs and those runtimes' files alone (`left_out`)."""
     excluded = left_out(models, runtimes)
     exporting = ["defaults", "--repository", str(REPOSITORY), "--checkpoints", str(ROOT / "checkpoints")]

@@ -2,32 +2,32 @@
 
 Wiring only: the settings, the Triton runner, the BentoML service with its middlewares and gRPC interceptor,
 admission, the model registry and the engine; then each API dialect's front is mounted on them
-(serving/fronts/). The logic lives in `serving/`, the tokenizers in `preprocessing/`.
-Run with `make serve`, or `python -m serving.startup.launch service:svc` with
-`tritonserver` on PATH; the settings (serving/startup/settings.py) come from the environment.
+(bionemo_serving/fronts/). The logic lives in `bionemo_serving/`, the tokenizers in `bionemo_serving/preprocessing/`.
+Run with `make serve`, or `python -m bionemo_serving.startup.launch service:svc` with
+`tritonserver` on PATH; the settings (bionemo_serving/startup/settings.py) come from the environment.
 """
 
 from __future__ import annotations
 
 import bentoml
 
-import serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
-from serving.engine.engine import Engine
-from serving.engine.limits import RequestLimits
-from serving.engine.scheduler import Scheduler
-from serving.fronts.admission import Admission
-from serving.fronts.bentoml.endpoints import Endpoints
-from serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
-from serving.fronts.bentoml.schema import ServesSchemaJSON
-from serving.fronts.bionemo_grpc import servicers as bionemo_grpc
-from serving.fronts.dataframe import routes as dataframe_api
-from serving.fronts.molmim import routes as molmim_api
-from serving.fronts.native import routes as native_api
-from serving.fronts.openai import routes as openai_api
-from serving.fronts.bentoml.triton_metrics import MergeTritonMetrics
-from serving.startup.command_lines import triton_arguments
-from serving.startup.settings import current_settings
-from serving.triton.registry import ModelRegistry
+import bionemo_serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
+from bionemo_serving.engine.engine import Engine
+from bionemo_serving.engine.limits import RequestLimits
+from bionemo_serving.engine.scheduler import Scheduler
+from bionemo_serving.fronts.admission import Admission
+from bionemo_serving.fronts.bentoml.endpoints import Endpoints
+from bionemo_serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
+from bionemo_serving.fronts.bentoml.schema import ServesSchemaJSON
+from bionemo_serving.fronts.bionemo_grpc import servicers as bionemo_grpc
+from bionemo_serving.fronts.dataframe import routes as dataframe_api
+from bionemo_serving.fronts.molmim import routes as molmim_api
+from bionemo_serving.fronts.native import routes as native_api
+from bionemo_serving.fronts.openai import routes as openai_api
+from bionemo_serving.fronts.bentoml.triton_metrics import MergeTritonMetrics
+from bionemo_serving.startup.command_lines import triton_arguments
+from bionemo_serving.startup.settings import current_settings
+from bionemo_serving.triton.registry import ModelRegistry
 
 settings = current_settings()
 serve_on_uvloop()

@@ -3,14 +3,14 @@ passes what the export would have refused (FP32: its parity gate; INT8: its quan
 
 from __future__ import annotations
 
-from exporter.quantize import MIN_COSINE
-from exporter.verify import TOLERANCES
-from model_catalog import Precision
+from bionemo_serving.exporter.quantize import MIN_COSINE
+from bionemo_serving.exporter.verify import TOLERANCES
+from bionemo_serving.model_catalog import Precision
 
 FP32_MAX_DIFFERENCE = TOLERANCES[Precision.FP32]
-"""Largest |output - transformers'| of an FP32 contender (exporter/verify.py)."""
+"""Largest |output - transformers'| of an FP32 contender (bionemo_serving/exporter/verify.py)."""
 INT8_MIN_COSINE = MIN_COSINE
-"""Smallest cosine of an INT8 contender's embedding to transformers' (exporter/quantize.py)."""
+"""Smallest cosine of an INT8 contender's embedding to transformers' (bionemo_serving/exporter/quantize.py)."""
 ESM_CPP_LOGITS_TOLERANCE = 1e-3
 """How far esm-cpp's FP32 logits may be from transformers' (esm-cpp is no export of this project: its logits, of order
 10, are held to a bound of their own)."""

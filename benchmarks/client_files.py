@@ -31,7 +31,7 @@ import numpy as np
 import requests
 
 from benchmarks.processes import ROOT, Server, start, stop
-from runtimes.choice import cpu_model
+from bionemo_serving.runtimes.choice import cpu_model
 
 CLIENT = ROOT / ".venv-client" / "bin" / "bionemo-client"
 SATURATION_THREADS = 8
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{CLIENT} is missing: `make test-client` creates the client's environment")
     server = Server(
         "service",
-        lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
+        lambda port: [sys.executable, "-m", "bionemo_serving.startup.launch", "service:svc"],
         "/readyz",
         lambda port: {"BIONEMO_MODEL_REPOSITORY": str(args.repository), "BIONEMO_MODELS": "esm2nv",
                       "BIONEMO_PORT": str(port)},  # fmt: skip

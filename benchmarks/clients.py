@@ -19,9 +19,9 @@ from geventhttpclient import HTTPClient
 from google.protobuf import json_format, struct_pb2
 
 from benchmarks.workload import MODEL, EmbedRequest
-from model_catalog import MODELS, GraphRole
-from preprocessing import tokenizer_for
-from preprocessing.batching import bucketed_chunks
+from bionemo_serving.model_catalog import MODELS, GraphRole
+from bionemo_serving.preprocessing import tokenizer_for
+from bionemo_serving.preprocessing.batching import bucketed_chunks
 
 PYTRITON_MODEL = "esm2nv_pytriton"
 """Contender 4's Triton model: `sequences` BYTES [batch, 1] in, `embeddings` FP32 [batch, hidden] out."""
@@ -87,7 +87,7 @@ class GrpcEmbedder:
 
     def __init__(self, url: str) -> None:
         # The stubs first, unsorted: BentoML's own import google.protobuf.service, which protobuf 6 no longer has.
-        import serving.fronts.bentoml.grpc_stubs  # noqa: F401, I001  (BentoML's stubs for the protobuf installed)
+        import bionemo_serving.fronts.bentoml.grpc_stubs  # noqa: F401, I001  (BentoML's stubs for the protobuf installed)
         from bentoml.grpc.v1 import service_pb2, service_pb2_grpc
 
         self.messages = service_pb2
@@ -112,7 +112,7 @@ class TritonEmbedder:
 
     The same tokenizer (`preprocessing`), the same chunks of one length bucket
     each (sent concurrently when there are several), the same tensors (binary) as the service
-    (`serving/engine/encoding.py`), so the difference to contender 1 is the BentoML
+    (`bionemo_serving/engine/encoding.py`), so the difference to contender 1 is the BentoML
     front: HTTP/JSON, validation, the runner hop.
     """
 

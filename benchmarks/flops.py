@@ -17,7 +17,7 @@ import torch
 
 from benchmarks.repeats import Spread
 from benchmarks.torch_esm import CHECKPOINT
-from exporter.quantize import Recipe, quantize_onnx
+from bionemo_serving.exporter.quantize import Recipe, quantize_onnx
 
 FORMULA = (
     "FLOPs = layers × (2 × P × tokens + 4 × d × Σ L²), with P = 4·d² + 2·d·d_ff the weights in a layer's "

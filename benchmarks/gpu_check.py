@@ -1,9 +1,9 @@
 """esm2nv's graphs at a published shape on CUDA in FP32, TF32, FP16 and BF16: parity against transformers on the CPU,
 and tokens/s at 8 x 300.
 
-The GPU targets serve the ONNX files on onnxruntime's CUDA provider (`tools/gpu_gate.py` checks those). A GPU host
+The GPU targets serve the ONNX files on onnxruntime's CUDA provider (`operations/tools/gpu_gate.py` checks those). A GPU host
 may have no onnxruntime-gpu (nor room to carry its wheel): this check then runs the modules the ONNX files are traced
-from (`exporter.exportable`'s EncoderGraph and LanguageModelGraph) in torch, and says the ONNX path was not run.
+from (`bionemo_serving.exporter.exportable`'s EncoderGraph and LanguageModelGraph) in torch, and says the ONNX path was not run.
 The reference is transformers' EsmForMaskedLM on the CPU in FP32, eager attention: another device, another attention.
 
     python -m benchmarks.gpu_check --size 650M --out gpu-check.json      # on the GPU host, about 2 minutes
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from exporter.exportable import ESM_COMMON, ESM_POSITIONS, EncoderGraph, LanguageModelGraph
-from model_catalog import MODELS, SCORED_AMINO_ACIDS
-from preprocessing import tokenizer_for
-from preprocessing.vocabularies import ESM_ALPHABET
+from bionemo_serving.exporter.exportable import ESM_COMMON, ESM_POSITIONS, EncoderGraph, LanguageModelGraph
+from bionemo_serving.model_catalog import MODELS, SCORED_AMINO_ACIDS
+from bionemo_serving.preprocessing import tokenizer_for
+from bionemo_serving.preprocessing.vocabularies import ESM_ALPHABET
 
 PARITY_LENGTHS = (300, 37, 180, 254, 12, 300, 99, 141)
 """Mixed lengths, padded to the longest, as the service batches them."""
@@ -126,7 +126,7 @@ def onnx_on_cuda() -> str:
         return "not run: onnxruntime is not installed"
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         return f"not run: onnxruntime {onnxruntime.__version__} here has no CUDA provider (onnxruntime-gpu missing)"
-    return "available: run tools/gpu_gate.py check on an exported repository"
+    return "available: run operations/tools/gpu_gate.py check on an exported repository"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import requests
 from benchmarks.processes import start, stop
 from benchmarks.served_memory import USERS, embed_load, esm2nv_server, wait_idle, warm
 from benchmarks.workload import protein
-from runtimes.choice import cpu_model
+from bionemo_serving.runtimes.choice import cpu_model
 
 LENGTHS = (100, 300, 1000)
 ESTIMATE = re.compile(r"take about ([\d,]+) s")

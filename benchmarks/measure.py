@@ -41,7 +41,7 @@ from benchmarks.contenders import Contender
 from benchmarks.flops import EncoderShape
 from benchmarks.processes import ROOT, Running
 from benchmarks.worker_cpu import WorkerCpu
-from exporter.quantize import worst_cosine
+from bionemo_serving.exporter.quantize import worst_cosine
 
 DRAIN_S = 180
 """Most seconds locust waits, after a point, for the requests its users are still waiting for."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import record
-from training.moses_data import TRAIN_SPLIT, split_file
+from bionemo_serving.training.moses_data import TRAIN_SPLIT, split_file
 
 Canonical = str | None
 """A molecule's RDKit-canonical SMILES, None where it is not valid."""

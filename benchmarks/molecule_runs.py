@@ -16,10 +16,10 @@ import requests
 
 from benchmarks.overload import service
 from benchmarks.processes import Server
-from model_catalog import MODELS
-from preprocessing.smiles import SmilesTokenizer
-from serving.engine.inputs import MEGAMOLBART
-from training.moses_data import Molecules, held_out_molecules
+from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.preprocessing.smiles import SmilesTokenizer
+from bionemo_serving.engine.inputs import MEGAMOLBART
+from bionemo_serving.training.moses_data import Molecules, held_out_molecules
 
 ROOT = Path(__file__).resolve().parent.parent
 HELD_OUT = "test_scaffolds"
@@ -28,7 +28,7 @@ SELECTION_SEED = 47
 REQUEST_TIMEOUT_S = 600
 """BIONEMO_REQUEST_TIMEOUT_S: a batch that a random-init model decodes to max_length takes long on 2 cores."""
 RANDOM_INIT = "random-init default"
-"""/models' `weights` of the export `python -m exporter defaults` makes: random weights, not a trained model."""
+"""/models' `weights` of the export `python -m bionemo_serving.exporter defaults` makes: random weights, not a trained model."""
 RANDOM_INIT_NOTE = (
     "**Random-init weights, not a trained model: these figures show the benchmark running, not what a trained "
     "megamolbart does; every target is missed, as it must be.**"

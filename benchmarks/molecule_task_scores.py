@@ -2,7 +2,7 @@
 success and the penalized-logP task's improvement under a similarity floor, as JT-VAE (Jin et al. 2018), Jin et al.
 2019 and MolMIM (Reidenbach et al. 2023) define them, beside the published figures, and the target checked.
 
-Every figure is recomputed here from the answered SMILES with RDKit (preprocessing/properties.py; Tanimoto of Morgan
+Every figure is recomputed here from the answered SMILES with RDKit (bionemo_serving/preprocessing/properties.py; Tanimoto of Morgan
 fingerprints, radius 2, 2048 bits), not read from the service's scores: the benchmark checks what it is answered.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from preprocessing.properties import QED_GOAL, SIMILARITY_GOAL, penalized_logp, qed
-from preprocessing.smiles import tanimoto_similarity
+from bionemo_serving.preprocessing.properties import QED_GOAL, SIMILARITY_GOAL, penalized_logp, qed
+from bionemo_serving.preprocessing.smiles import tanimoto_similarity
 
 QED_SEED_RANGE = (0.7, 0.8)
 """The QED task's seeds: molecules of QED in [0.7, 0.8), as JT-VAE's and Jin et al.'s test set holds them."""

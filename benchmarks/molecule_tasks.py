@@ -53,11 +53,11 @@ from benchmarks.molecule_runs import (
     run_line,
 )
 from benchmarks.processes import start, stop
-from preprocessing.properties import penalized_logp, qed
-from preprocessing.smiles import canonical_smiles
-from runtimes.choice import cpu_model
-from serving.engine.inputs import MEGAMOLBART, MolecularProperty
-from serving.fronts.native.protocol import GenerateRequest
+from bionemo_serving.preprocessing.properties import penalized_logp, qed
+from bionemo_serving.preprocessing.smiles import canonical_smiles
+from bionemo_serving.runtimes.choice import cpu_model
+from bionemo_serving.engine.inputs import MEGAMOLBART, MolecularProperty
+from bionemo_serving.fronts.native.protocol import GenerateRequest
 
 REQUEST_SEED = 470
 """/generate's `seed` of each seed molecule's requests is this plus the seed's index: the same search at every run."""

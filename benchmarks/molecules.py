@@ -50,10 +50,10 @@ from benchmarks.molecule_runs import (
 )
 from benchmarks.processes import start, stop
 from benchmarks.workload import DRUG_SMILES
-from preprocessing.smiles import canonical_smiles
-from runtimes.choice import cpu_model
-from serving.engine.inputs import MEGAMOLBART
-from serving.fronts.native.protocol import GenerateRequest
+from bionemo_serving.preprocessing.smiles import canonical_smiles
+from bionemo_serving.runtimes.choice import cpu_model
+from bionemo_serving.engine.inputs import MEGAMOLBART
+from bionemo_serving.fronts.native.protocol import GenerateRequest
 
 TEST = "test"
 FLOOR_SEED = 4_700

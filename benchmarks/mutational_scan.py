@@ -38,8 +38,8 @@ from transformers import AutoTokenizer, EsmForMaskedLM, PreTrainedTokenizerBase
 from benchmarks.accuracy import ESM_CPP_LOGITS_TOLERANCE as LOGITS_TOLERANCE
 from benchmarks.torch_esm import CHECKPOINT
 from benchmarks.workload import MODEL, protein
-from exporter.quantize import spearman
-from runtimes.choice import cpu_model
+from bionemo_serving.exporter.quantize import spearman
+from bionemo_serving.runtimes.choice import cpu_model
 
 ALPHABET = "ACDEFGHIKLMNPQRSTVWY"
 """The matrix's columns, in the issue's order; the service's answer is put in it by the `alphabet` it names."""

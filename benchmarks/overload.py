@@ -40,7 +40,7 @@ from benchmarks.client_files import run_cli, write_fasta
 from benchmarks.processes import Running, Server, start, stop
 from benchmarks.served_memory import pss_kib
 from benchmarks.workload import protein
-from runtimes.choice import cpu_model
+from bionemo_serving.runtimes.choice import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTEINS, RESIDUES = 8, 300
@@ -96,7 +96,7 @@ class Step:
 def service(repository: Path) -> Server:
     return Server(
         "overload",
-        lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
+        lambda port: [sys.executable, "-m", "bionemo_serving.startup.launch", "service:svc"],
         "/readyz",
         lambda port: {
             "BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_MODELS": "esm2nv", "BIONEMO_PORT": str(port),

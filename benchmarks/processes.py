@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
+from bionemo_serving.startup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 180

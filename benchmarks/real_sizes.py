@@ -8,10 +8,10 @@ own two workloads, on the same weights (issue 38, item 4); its JSON, its targets
 core of this machine, each given the same batches (the workload sorted by length, BATCH sequences a call, padded to
 the longest of the call; esm-cpp takes its rows unpadded):
 - this project's encoder graph, FP32, on each runtime the export wrote (onnxruntime, onnxruntime-fused, OpenVINO);
-  the headline is the one the service serves here (runtimes.choice on the repository, as a start would choose), not
+  the headline is the one the service serves here (bionemo_serving.runtimes.choice on the repository, as a start would choose), not
   the fastest;
-- its INT8 graph (exporter/quantize.py) on onnxruntime, where the export's gate let it be INT8, and the INT8
-  export's OpenVINO file (NNCF, exporter/quantize_openvino.py) where its gate let it be written; where the gate kept
+- its INT8 graph (bionemo_serving/exporter/quantize.py) on onnxruntime, where the export's gate let it be INT8, and the INT8
+  export's OpenVINO file (NNCF, bionemo_serving/exporter/quantize_openvino.py) where its gate let it be written; where the gate kept
   the encoder FP32, the whole encoder is quantized here the same way and timed as "not served";
 - transformers' EsmModel, eager torch with sdpa: the reference;
 - esm-cpp 0.2.1 FP32 and INT8 (W8A8, SmoothQuant) on the same weights (benchmarks/esm_cpp.py).
@@ -50,12 +50,12 @@ from benchmarks import accuracy, record
 from benchmarks.flops import EncoderShape, GemmReference, Int8GemmReference, ReferenceSamples
 from benchmarks.repeats import MIN_REPEATS, Spread, alternating, paired_ratios
 from benchmarks.workload import protein
-from exporter.quantize import Recipe, has_vnni, quantize_onnx, worst_cosine
-from exporter.triton_config import read_exports
-from model_catalog import MODELS, Precision
-from preprocessing import tokenizer_for
-from runtimes.choice import RUNTIME_VARIABLE, choose_runtimes, forced_runtimes
-from runtimes.engines import Runtime, open_engine
+from bionemo_serving.exporter.quantize import Recipe, has_vnni, quantize_onnx, worst_cosine
+from bionemo_serving.exporter.triton_config import read_exports
+from bionemo_serving.model_catalog import MODELS, Precision
+from bionemo_serving.preprocessing import tokenizer_for
+from bionemo_serving.runtimes.choice import RUNTIME_VARIABLE, choose_runtimes, forced_runtimes
+from bionemo_serving.runtimes.engines import Runtime, open_engine
 
 _LENGTHS = random.Random(38)
 WORKLOADS = {
@@ -105,7 +105,7 @@ class Contender:
     """FP32 or INT8 (an embedding graph, checked as the exporter's gate of that precision checks), or ESM_CPP_FP32,
     ESM_CPP_INT8 (logits), or TRANSFORMERS."""
     served: bool = False
-    """What the service serves from the repository on this CPU (runtimes.choice)."""
+    """What the service serves from the repository on this CPU (bionemo_serving.runtimes.choice)."""
 
 
 @dataclass
@@ -184,7 +184,7 @@ def esm_cpp_contenders(checkpoint: Path, size: str) -> list[Contender]:
 
 
 def served_runtime(repository: Path) -> tuple[Runtime, str]:
-    """What the service serves esm2nv's encoder on from `repository` on this CPU, and why: runtimes.choice, as a start
+    """What the service serves esm2nv's encoder on from `repository` on this CPU, and why: bionemo_serving.runtimes.choice, as a start
     chooses (BIONEMO_RUNTIME honoured; timed here where no record holds for this machine)."""
     forced = forced_runtimes(os.environ.get(RUNTIME_VARIABLE, "auto"), ["esm2nv"])
     choice = choose_runtimes(repository, forced, ["esm2nv"])["esm2nv"]

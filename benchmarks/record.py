@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import psutil
 
-from runtimes.choice import cpu_model
+from bionemo_serving.runtimes.choice import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -29,7 +29,7 @@ from benchmarks.repeats import Spread  # noqa: E402
 from benchmarks.run_figures import DIRECT, DIRECT_USERS, NAIVE, SERVICE, SERVICE_GRPC, Figures  # noqa: E402
 from benchmarks.worker_cpu import SAMPLE_INTERVAL_S  # noqa: E402
 from benchmarks.workload import DRUG_SMILES, MAX_RESIDUES, MODEL, SAMPLES_PER_SEED, SEQUENCES_PER_REQUEST  # noqa: E402
-from model_catalog import MODELS  # noqa: E402
+from bionemo_serving.model_catalog import MODELS  # noqa: E402
 
 SERVICE_OPENAI = "service-openai"
 OTHER_CPU_WARNING = 0.1

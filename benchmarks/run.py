@@ -4,7 +4,7 @@ targets.
     python -m benchmarks.run [--seconds 10] [--users 1 4 16 32] [--repeats 5] [--contenders service naive ...]
 
 Every server starts at once, each on a free loopback port (waited for, bounded), and stays up to the end. GET /models
-says what the service runs esm2nv on (runtimes.choice's pick on this CPU): the headline is that runtime, whatever
+says what the service runs esm2nv on (bionemo_serving.runtimes.choice's pick on this CPU): the headline is that runtime, whatever
 another one ran elsewhere. Then, --repeats rounds of the sequential probe: one-sequence requests, each sequence to
 every contender in turn (shuffled), every answer held against transformers' with the exporter's own bound
 (benchmarks.accuracy), so that lone-request latencies are compared request by request. Then per number of users the

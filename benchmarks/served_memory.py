@@ -5,7 +5,7 @@ targets.
     python -m benchmarks.served_memory --repository model_repository-150M [--seconds 30]
     python -m benchmarks.served_memory --render benchmarks/results/served-memory-model_repository-150M-<cpu>.json
 
-Starts `serving.startup.launch service:svc` serving esm2nv alone on a free loopback port; times start-up to ready;
+Starts `bionemo_serving.startup.launch service:svc` serving esm2nv alone on a free loopback port; times start-up to ready;
 warms every capability (embed, logits, score, contacts, layers); reads, after IDLE_S idle, each process's RSS and PSS
 (/proc/PID/smaps_rollup: shared pages split among their users, so the PSS of all processes adds up to what they hold
 together), grouped: tritonserver, each python-backend stub (named by its model), the API side (BentoML's arbiter and
@@ -52,9 +52,9 @@ TARGETS: dict[str, record.Target] = {
     "whole service PSS at its peak, during and after the load / the FP32 weights": record.Target("<=", 1.5),
 }
 """- start-up 120 s: a replica that is restarted or scaled out must serve within two minutes, its runtime timings
-  recorded beforehand (`make bench MODEL_SIZE=...` runs runtimes.choice first; a first start that times them is
+  recorded beforehand (`make bench MODEL_SIZE=...` runs bionemo_serving.runtimes.choice first; a first start that times them is
   minutes more, and is not what this holds);
-- PSS 1.5x: every graph and instance maps one copy of the weights (runtimes/engines.py MAPPED_FROM_MIB), so what the
+- PSS 1.5x: every graph and instance maps one copy of the weights (bionemo_serving/runtimes/engines.py MAPPED_FROM_MIB), so what the
   machine holds for the whole service, the API side (BentoML's workers) with tritonserver and its stubs, at its
   highest under load, may exceed the weights by half for the runtimes' working memory and the processes themselves.
   At 8M (about 30 MiB of weights) those fixed hundreds of MiB dominate: the bound is for the published sizes."""
@@ -118,7 +118,7 @@ def esm2nv_server(repository: Path) -> Server:
     """The service serving esm2nv alone from `repository`, on a free loopback port."""
     return Server(
         "service",
-        lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
+        lambda port: [sys.executable, "-m", "bionemo_serving.startup.launch", "service:svc"],
         "/readyz",
         lambda port: {"BIONEMO_MODEL_REPOSITORY": str(repository), "BIONEMO_MODELS": "esm2nv", "BIONEMO_PORT": str(port)},
     )

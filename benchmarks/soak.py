@@ -38,11 +38,11 @@ import requests
 from benchmarks import processes
 from benchmarks.contenders.this_service import SERVICE
 from benchmarks.workload import DRUG_SMILES, MAX_RESIDUES, MODEL, SAMPLES_PER_SEED, SEQUENCES_PER_REQUEST
-from model_catalog import MODELS
-from preprocessing import tokenizer_for
-from preprocessing.batching import bucket_width
-from runtimes.choice import cpu_model
-from runtimes.engines import Runtime
+from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.preprocessing import tokenizer_for
+from bionemo_serving.preprocessing.batching import bucket_width
+from bionemo_serving.runtimes.choice import cpu_model
+from bionemo_serving.runtimes.engines import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "reliability.md"

@@ -4,7 +4,7 @@
         ...  # spark-submit / SparkSession.builder.master(cluster.master_url)
 
 What `make bench`'s cluster line (`python -m benchmarks.spark_throughput --cluster 2`) and
-tests/test_spark_cluster_e2e.py run `bentoml.batch.run_in_spark` against. Each daemon is
+tests/e2e/test_spark_cluster_e2e.py run `bentoml.batch.run_in_spark` against. Each daemon is
 `spark-class org.apache.spark.deploy.master.Master` or `...deploy.worker.Worker` from pyspark's bundled jars and
 scripts (spark-class execs the JVM: the PID started is the JVM's), on ports found free on 127.0.0.1 with
 SPARK_LOCAL_IP=127.0.0.1, logging to a file in `workdir`; its PID is recorded and, at the end, it and every process

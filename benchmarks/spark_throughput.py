@@ -21,8 +21,8 @@ before the job, beside the job's.
 
 run_in_spark never stops the servers it starts, and they outlive Spark's Python workers: every process the job
 started carries this run's marker in its environment (MARKER_VARIABLE), and `stop_job_processes` stops each of them by
-PID once the job has ended (on a cluster through spark.executorEnv: EXECUTOR_VARIABLES). tests/test_spark_e2e.py
-runs the same job in local mode, tests/test_spark_cluster_e2e.py on the cluster, one worker killed mid-job.
+PID once the job has ended (on a cluster through spark.executorEnv: EXECUTOR_VARIABLES). tests/e2e/test_spark_e2e.py
+runs the same job in local mode, tests/e2e/test_spark_cluster_e2e.py on the cluster, one worker killed mid-job.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ BENTO_OPTIONS = ("--target", "cpu", "--models", "esm2nv", "--runtimes", "onnxrun
 """build_bento.py's options for the job's bento: the model and the runtime its servers serve (no launcher, so each
 graph runs on what its config names: onnxruntime), nothing else for run_in_spark to compress and ship."""
 API = "embed_dataframe"
-"""The bento's API run_in_spark calls (serving/fronts/dataframe/routes.py)."""
+"""The bento's API run_in_spark calls (bionemo_serving/fronts/dataframe/routes.py)."""
 MODELS = "esm2nv"
 """What the job's bento servers load (BIONEMO_MODELS): /embed/dataframe's model alone, for a short start-up."""
 MARKER_VARIABLE = "BIONEMO_SPARK_JOB"

@@ -15,10 +15,10 @@ import torch
 from transformers import MBartForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from model_catalog import MODELS
-from preprocessing import SmilesTokenizer
-from preprocessing.smiles import canonical_smiles, tanimoto_similarity
-from serving.fronts.native.protocol import GenerateRequest
+from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.preprocessing import SmilesTokenizer
+from bionemo_serving.preprocessing.smiles import canonical_smiles, tanimoto_similarity
+from bionemo_serving.fronts.native.protocol import GenerateRequest
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "megamolbart"
 

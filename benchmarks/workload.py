@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from model_catalog import MODELS
-from preprocessing.protein_tokenizer import STANDARD_RESIDUES
+from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.preprocessing.protein_tokenizer import STANDARD_RESIDUES
 
 MODEL = "esm2nv"
 MAX_RESIDUES = MODELS[MODEL].max_length

@@ -1,6 +1,8 @@
-"""The suite's shared fixtures: the real stack (`bentoml serve` with the real tritonserver behind it), the tiny
-models the exporter's and the runtimes' tests export once, and what more than one test module asks of the stack.
-What they are built from lives in tests/support/."""
+"""The suite's layers, one folder each, marked by their folder: unit/ (the engine, validation and tools, with a fake
+runner and tiny exports; a test that exports carries the e2e mark itself), e2e/ (the real stack) and container/ (the
+image). And its shared fixtures: the real stack (`bentoml serve` with the real tritonserver behind it), the tiny models
+the exporter's and the runtimes' tests export once, and what more than one test module asks of the stack. What they
+are built from lives in tests/support/."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from support.checkpoints import TinyModels
 from support.image_build import ImageBuild
 from support.service import RunningService, start_launcher, stop_service
 
-from container.engine import missing_tools
+from operations.container.engine import missing_tools
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +66,13 @@ def image_build(request: pytest.FixtureRequest) -> Iterator[ImageBuild | None]:
     build = ImageBuild()
     yield build
     build.stop()
+
+
+LAYER_MARKS = {"e2e": ("e2e",), "container": ("e2e", "container")}
+"""The marks every test of a layer's folder carries, so that `-m "not e2e and not container"` is the unit layer."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in LAYER_MARKS.get(item.path.parent.name, ()):
+            item.add_marker(mark)

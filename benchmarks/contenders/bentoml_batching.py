@@ -18,7 +18,7 @@ import numpy as np
 
 from benchmarks.torch_esm import TorchEmbedder
 from benchmarks.workload import MODEL
-from model_catalog import MODELS
+from bionemo_serving.model_catalog import MODELS
 
 
 @bentoml.service(name="esm2_bentoml_batching")

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from benchmarks.torch_esm import TorchEmbedder
 from benchmarks.torch_megamolbart import TorchGenerator
 from benchmarks.workload import MODEL
-from serving.engine.inputs import DecodingMethod
-from serving.fronts.native.protocol import GenerateRequest
+from bionemo_serving.engine.inputs import DecodingMethod
+from bionemo_serving.fronts.native.protocol import GenerateRequest
 
 
 class Handler(BaseHTTPRequestHandler):

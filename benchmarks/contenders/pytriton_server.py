@@ -31,7 +31,7 @@ from pytriton.triton import DEFAULT_PROTECTED_ENDPOINTS, Triton, TritonConfig, T
 from benchmarks.clients import PYTRITON_INPUT, PYTRITON_MODEL, PYTRITON_OUTPUT
 from benchmarks.torch_esm import TorchEmbedder
 from benchmarks.workload import MODEL
-from model_catalog import MODELS
+from bionemo_serving.model_catalog import MODELS
 
 
 def infer_function(embedder: TorchEmbedder) -> Callable[..., dict[str, np.ndarray]]:

@@ -1,5 +1,5 @@
-"""Contender 1: this service, started as everywhere else (`python -m serving.startup.launch service:svc`, production mode);
-and its gRPC front (`python -m serving.startup.launch --grpc service:svc`).
+"""Contender 1: this service, started as everywhere else (`python -m bionemo_serving.startup.launch service:svc`, production mode);
+and its gRPC front (`python -m bionemo_serving.startup.launch --grpc service:svc`).
 
 Its tritonserver (started by the BentoML Triton runner, on a free loopback
 port) is also contender 2's: the direct-Triton client calls the very same
@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 
 from benchmarks.processes import ROOT, Running, Server
-from tritonserver_setup.readiness import free_loopback_port
+from bionemo_serving.startup.readiness import free_loopback_port
 
 SERVICE = Server(
     name="service",
-    command=lambda port: [sys.executable, "-m", "serving.startup.launch", "service:svc"],
+    command=lambda port: [sys.executable, "-m", "bionemo_serving.startup.launch", "service:svc"],
     ready_path="/readyz",
     environment=lambda port: {
         "BIONEMO_HOST": "127.0.0.1",
@@ -27,7 +27,7 @@ SERVICE = Server(
 
 SERVICE_GRPC = Server(
     name="service-grpc",
-    command=lambda port: [sys.executable, "-m", "serving.startup.launch", "--grpc", "service:svc"],
+    command=lambda port: [sys.executable, "-m", "bionemo_serving.startup.launch", "--grpc", "service:svc"],
     ready_path="",
     environment=lambda port: {
         "BIONEMO_HOST": "127.0.0.1",

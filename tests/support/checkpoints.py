@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import ExportReport, export_model
-from exporter.architectures import create_default_checkpoint
-from model_catalog import MODELS, ModelDescription
-from runtimes.engines import SHARED_WEIGHTS, Runtime
+from bionemo_serving.exporter import ExportReport, export_model
+from bionemo_serving.exporter.architectures import create_default_checkpoint
+from bionemo_serving.model_catalog import MODELS, ModelDescription
+from bionemo_serving.runtimes.engines import SHARED_WEIGHTS, Runtime
 
 TINY_SIZES: dict[str, dict[str, Any]] = {
     "esm1nv": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64},
@@ -25,7 +25,7 @@ SEED = 3
 """The tiny checkpoints' weights: the same in every test that shares them."""
 EVERY_RUNTIME_FILE = {runtime.file("model") for runtime in Runtime} | {"model.openvino.bin", SHARED_WEIGHTS}
 """An encoder's files in an export, one per runtime (OpenVINO's weights beside its graph), and the weights every ONNX
-file of the model reads (exporter/shared_weights.py)."""
+file of the model reads (bionemo_serving/exporter/shared_weights.py)."""
 
 
 def tiny(name: str, **changes: Any) -> ModelDescription:

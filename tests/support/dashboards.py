@@ -1,4 +1,4 @@
-"""The Grafana dashboard's PromQL (deploy/grafana-dashboard.json) and the metric names it reads: the manifests' tests
+"""The Grafana dashboard's PromQL (operations/deploy/grafana-dashboard.json) and the metric names it reads: the manifests' tests
 parse every query, and the metrics' tests check each name is one the running service exports."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import promql_parser
 
 from support.paths import ROOT
 
-DASHBOARD = ROOT / "deploy" / "grafana-dashboard.json"
+DASHBOARD = ROOT / "operations" / "deploy" / "grafana-dashboard.json"
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$job": "bionemo"}
 """Grafana's variables in the queries, replaced by what Grafana would put there before PromQL sees them."""
 

@@ -1,8 +1,8 @@
 """A stand-in for `bentoml.triton.Runner` in unit tests of the engine: no tritonserver, no exported model.
 
-It offers what the service calls on the runner (serving/triton/models.py, registry.py, inference.py):
+It offers what the service calls on the runner (bionemo_serving/triton/models.py, registry.py, inference.py):
 `get_model_repository_index`, `get_model_config`, `infer`, `load_model`, `unload_model`. The configs are the ones the
-exporter would write (exporter/triton_config.py `render_config`, from the catalog's descriptions and the default
+exporter would write (bionemo_serving/exporter/triton_config.py `render_config`, from the catalog's descriptions and the default
 checkpoints' sizes, as `exporter defaults` records them), so discovery yields real `ServedModel`s. `infer` checks what
 it is sent against the config and answers each graph's output with a small deterministic numpy function of the inputs
 (below), which tests use to compute what the engine should answer; every call is recorded. `away` makes every call fail as an unreachable
@@ -22,13 +22,13 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
-from exporter.triton_config import render_config
-from model_catalog import MODELS, RANDOM_INIT_WEIGHTS, SCORED_AMINO_ACIDS, GraphRole, GraphSpec, ModelDescription
-from preprocessing.smiles import MEGAMOLBART_TOKENS, SmilesTokenizer
+from bionemo_serving.exporter.triton_config import render_config
+from bionemo_serving.model_catalog import MODELS, RANDOM_INIT_WEIGHTS, SCORED_AMINO_ACIDS, GraphRole, GraphSpec, ModelDescription
+from bionemo_serving.preprocessing.smiles import MEGAMOLBART_TOKENS, SmilesTokenizer
 
 
 def checkpoint_sizes(description: ModelDescription) -> dict[str, int]:
-    """The sizes the exporter reads from a model's default checkpoint (exporter/exportable.py, incremental_decoder.py)
+    """The sizes the exporter reads from a model's default checkpoint (bionemo_serving/exporter/exportable.py, incremental_decoder.py)
     that its Triton tensors and config parameters name."""
     config = description.default_checkpoint_config
     hidden_size = config.get("hidden_size") or config["d_model"]
@@ -243,7 +243,7 @@ class FakeRunner:
 
     def decoded(self, states: np.ndarray) -> str:
         """What the decoder writes from a source's states at its real positions: DECODED_ATOM once per position. A
-        test overrides it to make the writing depend on the values (tests/test_optimization.py)."""
+        test overrides it to make the writing depend on the values (tests/unit/test_optimization.py)."""
         return DECODED_ATOM * len(states)
 
     def _decode_step(self, arrays: dict[str, np.ndarray]) -> np.ndarray:

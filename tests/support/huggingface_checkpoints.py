@@ -19,7 +19,7 @@ from transformers import (
 )
 from transformers.utils.sentencepiece_model_pb2_new import ModelProto
 
-from preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
+from bionemo_serving.preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS
 from support.checkpoints import TINY_SIZES
 
 T5_SIZES = {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 1, "num_heads": 4}

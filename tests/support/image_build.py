@@ -2,7 +2,7 @@
 
 Its build from nothing (Debian's base from the mirror, then the stand-in's and the bento's packages) waits mostly on
 downloads: started with the session, it is built while the tests before it run, instead of holding them up for
-minutes when the first image test asks for it (tests/test_image_e2e.py's `image` fixture)."""
+minutes when the first image test asks for it (tests/container/test_image_e2e.py's `image` fixture)."""
 
 from __future__ import annotations
 
@@ -15,20 +15,20 @@ from pathlib import Path
 
 from support.paths import ROOT
 
-from model_catalog import Target
+from bionemo_serving.model_catalog import Target
 
 
 class ImageBuild:
-    """`python -m container.image --base-image stand-in --target cpu` (what `make image BASE_IMAGE=stand-in` runs) in
+    """`python -m operations.container.image --base-image stand-in --target cpu` (what `make image BASE_IMAGE=stand-in` runs) in
     a process of its own, which also keeps the bento's build from importing the service into this process."""
 
     def __init__(self) -> None:
-        from container.image import STAND_IN  # it imports the exporter, torch: only in a session that builds
+        from operations.container.image import STAND_IN  # it imports the exporter, torch: only in a session that builds
 
         self.log_path = Path(tempfile.mkstemp(prefix="image-build-", suffix=".log")[1])
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "container.image", "--base-image", STAND_IN, "--target", Target.CPU.value],
+                [sys.executable, "-m", "operations.container.image", "--base-image", STAND_IN, "--target", Target.CPU.value],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 

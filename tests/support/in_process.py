@@ -20,17 +20,17 @@ from typing import Any
 from bentoml.io import IODescriptor
 from starlette.requests import Request
 
-from serving.engine.engine import Engine
-from serving.engine.limits import RequestLimits
-from serving.engine.scheduler import Scheduler
-from serving.errors import ERROR_TYPES, HTTP_STATUS
-from serving.fronts.admission import Admission
-from serving.fronts.bentoml.endpoints import Endpoints
-from serving.fronts.dataframe import routes as dataframe_api
-from serving.fronts.molmim import routes as molmim_api
-from serving.fronts.native import routes as native_api
-from serving.fronts.openai import routes as openai_api
-from serving.startup.settings import (
+from bionemo_serving.engine.engine import Engine
+from bionemo_serving.engine.limits import RequestLimits
+from bionemo_serving.engine.scheduler import Scheduler
+from bionemo_serving.errors import ERROR_TYPES, HTTP_STATUS
+from bionemo_serving.fronts.admission import Admission
+from bionemo_serving.fronts.bentoml.endpoints import Endpoints
+from bionemo_serving.fronts.dataframe import routes as dataframe_api
+from bionemo_serving.fronts.molmim import routes as molmim_api
+from bionemo_serving.fronts.native import routes as native_api
+from bionemo_serving.fronts.openai import routes as openai_api
+from bionemo_serving.startup.settings import (
     MAX_BODY,
     MAX_IN_FLIGHT,
     MAX_RUNNING,
@@ -38,13 +38,13 @@ from serving.startup.settings import (
     MAX_SEQUENCES,
     REQUEST_TIMEOUT,
 )
-from serving.triton.registry import ModelRegistry
+from bionemo_serving.triton.registry import ModelRegistry
 from support.fake_runner import FakeRunner
 
 
 _ANSWERING: ContextVar[Request] = ContextVar("answering")
 STATUS_OF_TYPE = {name: int(HTTP_STATUS[error]) for error, name in ERROR_TYPES.items()}
-"""Each error type's HTTP status (serving/errors.py's table): what an error's `type` must agree with."""
+"""Each error type's HTTP status (bionemo_serving/errors.py's table): what an error's `type` must agree with."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def assert_rejected(answer: Answer, status: int, field: str, message: str) -> di
     """`answer` is a `status` whose error names `field` with `message` in its reason; the error, to check further."""
     assert answer.status == status, answer.body
     error = answer.error
-    assert STATUS_OF_TYPE[error["type"]] == status  # the status is its type's, serving/errors.py's table
+    assert STATUS_OF_TYPE[error["type"]] == status  # the status is its type's, bionemo_serving/errors.py's table
     assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
     assert any(d["field"] == field and message in d["message"] for d in error["details"]), error
     return error

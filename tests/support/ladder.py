@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from model_catalog import MODELS
-from preprocessing import tokenizer_for
-from serving.engine.inputs import MEGAMOLBART
+from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.preprocessing import tokenizer_for
+from bionemo_serving.engine.inputs import MEGAMOLBART
 from support.fake_runner import FakeRunner, checkpoint_sizes, token_states
 
 SEED = "CC(=O)Nc1ccc(O)cc1"

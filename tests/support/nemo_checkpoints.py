@@ -1,7 +1,7 @@
 """BioNeMo ESM `.nemo` checkpoints written here in Megatron's layout from a small random HF model, and the archive
 as NeMo's save_to writes it (for the encoder-decoders' too, support/nemo_encoder_decoder.py).
 
-The Megatron state dict is built by hand (the inverse of exporter/nemo/esm.py's table, with query_key_value packed
+The Megatron state dict is built by hand (the inverse of bionemo_serving/exporter/nemo/esm.py's table, with query_key_value packed
 head by head as Megatron does, the masked-LM head as BioNeMo's HF -> .nemo converter writes it), so that a mistake in
 the tables cannot cancel itself out.
 """
@@ -17,9 +17,9 @@ import torch
 import yaml
 from transformers import EsmConfig, EsmForMaskedLM
 
-from exporter.graph_inputs import encoder_inputs
-from model_catalog import ModelDescription
-from preprocessing.vocabularies import ESM_ALPHABET
+from bionemo_serving.exporter.graph_inputs import encoder_inputs
+from bionemo_serving.model_catalog import ModelDescription
+from bionemo_serving.preprocessing.vocabularies import ESM_ALPHABET
 
 ARTIFACT_HEX = "0b5c1a6f2d3e4f5a6b7c8d9e0f1a2b3c"
 """NeMo names the files it packs `<uuid4 hex>_<file name>` and model_config.yaml refers to them as `nemo:<that>`."""

@@ -2,7 +2,7 @@
 MBart computing as Megatron does (no embedding LayerNorm, Megatron's GELU).
 
 As for ESM (support/nemo_checkpoints.py, whose archive this uses), the Megatron state dict is written by hand (the
-inverse of exporter/nemo/encoder_decoder.py's tables, the fused projections packed head by head), so that a mistake in
+inverse of bionemo_serving/exporter/nemo/encoder_decoder.py's tables, the fused projections packed head by head), so that a mistake in
 the tables cannot cancel itself out.
 """
 

@@ -10,9 +10,9 @@ import torch
 from transformers import AutoTokenizer, EsmForMaskedLM, EsmModel, MBartForConditionalGeneration, T5EncoderModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from model_catalog import MODELS, Architecture
-from serving.engine.next_token import BeamSearch, log_softmax
-from preprocessing.smiles import SmilesTokenizer
+from bionemo_serving.model_catalog import MODELS, Architecture
+from bionemo_serving.engine.next_token import BeamSearch, log_softmax
+from bionemo_serving.preprocessing.smiles import SmilesTokenizer
 from support.paths import CHECKPOINTS
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"

@@ -30,7 +30,7 @@ def build_repository(
     source: Path = DEFAULT_REPOSITORY,
 ) -> Path:
     """`folder` holding `source`'s models `linked`, `copied` and `broken` (copied, then every graph file garbage). A copy
-    holds its own weights file, as a copy made without hardlinks does (exporter.shared_weights.relink links them)."""
+    holds its own weights file, as a copy made without hardlinks does (bionemo_serving.exporter.shared_weights.relink links them)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in linked:
         (folder / name).symlink_to(source / name, target_is_directory=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtimes.engines import Runtime
+from bionemo_serving.runtimes.engines import Runtime
 
 DECODER_RUNTIMES = [runtime for runtime in Runtime if runtime is not Runtime.ONNXRUNTIME_FUSED]
 """The incremental decoder's step computes its attention itself, not through sdpa: there is nothing for onnxruntime to

@@ -20,9 +20,9 @@ import boto3
 from support.paths import DEFAULT_REPOSITORY
 from support.service import stop_process_group
 
-from runtimes.choice import choose_runtimes, write_into_configs
-from runtimes.engines import Runtime
-from tritonserver_setup.readiness import free_loopback_port
+from bionemo_serving.runtimes.choice import choose_runtimes, write_into_configs
+from bionemo_serving.runtimes.engines import Runtime
+from bionemo_serving.startup.readiness import free_loopback_port
 
 BUCKET, FOLDER, MODEL = "models", "repo", "esm2nv"
 ANYTHING = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'

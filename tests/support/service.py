@@ -20,9 +20,9 @@ import pytest
 import requests
 import tritonclient.http
 
-from model_catalog import MODELS
+from bionemo_serving.model_catalog import MODELS
 from support.paths import CHECKPOINTS, DEFAULT_REPOSITORY, ROOT
-from tritonserver_setup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
+from bionemo_serving.startup.readiness import ReadinessTimeout, free_loopback_port, wait_until_ready, wait_until_serving
 
 STARTUP_TIMEOUT_S = 180
 
@@ -75,7 +75,7 @@ class RunningService:
 
     @property
     def served_repository(self) -> Path:
-        """The folder tritonserver serves: the launcher's own for this start (runtimes/served_repository.py)."""
+        """The folder tritonserver serves: the launcher's own for this start (bionemo_serving/runtimes/served_repository.py)."""
         return Path(self.triton_argument("model-repository"))
 
     def triton_counts(self, model: str) -> tuple[int, int]:
@@ -193,14 +193,14 @@ def stop_with_requests_in_flight(
 
 
 def start_launcher(environment: dict[str, str] | None = None, grpc: bool = False, ready: bool = True) -> RunningService:
-    """`python -m serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the
+    """`python -m bionemo_serving.startup.launch [--grpc] service:svc` (it becomes `bentoml serve` or `serve-grpc`) on the
     default models, with `environment`'s settings: the shared service, or one a test starts for itself (other limits,
     or to break it)."""
     missing = [name for name in MODELS if not (CHECKPOINTS / name / "config.json").is_file()]
     if missing:
         pytest.fail(f"default checkpoints missing for {missing}: run `make models` (make test does) first")
     return start_service(
-        [sys.executable, "-m", "serving.startup.launch", *(["--grpc"] if grpc else []), "service:svc"],
+        [sys.executable, "-m", "bionemo_serving.startup.launch", *(["--grpc"] if grpc else []), "service:svc"],
         ROOT,
         {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), **(environment or {})},
         grpc,

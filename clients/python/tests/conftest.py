@@ -1,4 +1,4 @@
-"""A stand-in for the service's HTTP API, for the client's own tests (the real service is tests/test_client_e2e.py's,
+"""A stand-in for the service's HTTP API, for the client's own tests (the real service is tests/e2e/test_client_e2e.py's,
 in the server's environment): /models, and /embed answering a vector computed from each sequence, refusing a
 sequence with a `J` by name, and a first few requests with the status the test asks for."""
 

@@ -1,1 +1,0 @@
-"""BioNeMo 1.x's gRPC protocols (the .proto files) and the stubs `python -m tools.grpc_stubs` generates from them."""
