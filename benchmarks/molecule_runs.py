@@ -16,9 +16,8 @@ import requests
 
 from benchmarks.overload import service
 from benchmarks.processes import Server
-from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL, MODELS
 from bionemo_serving.preprocessing.smiles import SmilesTokenizer
-from bionemo_serving.engine.inputs import MEGAMOLBART
 from bionemo_serving.training.moses_data import Molecules, held_out_molecules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,14 +38,14 @@ DEFAULT_DOC = ROOT / "docs" / "molecules.md"
 def molecule_service(repository: Path) -> Server:
     """benchmarks.overload's service, serving megamolbart alone, with room for long batches."""
     base = service(repository)
-    extra = {"BIONEMO_MODELS": MEGAMOLBART, "BIONEMO_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S)}
+    extra = {"BIONEMO_MODELS": DEFAULT_MOLECULE_MODEL, "BIONEMO_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S)}
     return dataclasses.replace(base, name="molecules", environment=lambda port: {**base.environment(port), **extra})
 
 
 @functools.cache
 def tokenizable(split: str) -> Molecules:
     """The molecules of a held-out split that megamolbart's tokenizer takes whole."""
-    limit = MODELS[MEGAMOLBART].max_length
+    limit = MODELS[DEFAULT_MOLECULE_MODEL].max_length
     return held_out_molecules(split, SmilesTokenizer(limit), limit)
 
 
@@ -77,7 +76,7 @@ class NativeApi:
         response = self.session.get(f"{self.url}/models", timeout=60)
         response.raise_for_status()
         answer = response.json()
-        entry = next(model for model in answer["models"] if model["name"] == MEGAMOLBART)
+        entry = next(model for model in answer["models"] if model["name"] == DEFAULT_MOLECULE_MODEL)
         return {"model": entry, "limits": answer["limits"]}
 
 

@@ -56,7 +56,8 @@ from benchmarks.processes import start, stop
 from bionemo_serving.preprocessing.properties import penalized_logp, qed
 from bionemo_serving.preprocessing.smiles import canonical_smiles
 from bionemo_serving.runtimes.choice import cpu_model
-from bionemo_serving.engine.inputs import MEGAMOLBART, MolecularProperty
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
+from bionemo_serving.engine.inputs import MolecularProperty
 from bionemo_serving.fronts.native.protocol import GenerateRequest
 
 REQUEST_SEED = 470
@@ -98,7 +99,7 @@ class TaskApi(NativeApi):
 
     def search(self, seed: str, optimize: dict[str, Any], number: int) -> tuple[dict[str, Any], float]:
         """/generate's search around `seed`: its one result (samples best first, `decoded`) and the seconds it took."""
-        body = {"model": MEGAMOLBART, "smiles": [seed], "num_samples": ANSWERED, "seed": number, "optimize": optimize}
+        body = {"model": DEFAULT_MOLECULE_MODEL, "smiles": [seed], "num_samples": ANSWERED, "seed": number, "optimize": optimize}
         began = time.monotonic()
         (result,) = self.post("/generate", body)["results"]
         return result, time.monotonic() - began
@@ -108,7 +109,7 @@ class TaskApi(NativeApi):
         of at most MOST_SAMPLES samples each, and the seconds it took."""
         copies = math.ceil(count / MOST_SAMPLES)
         body = {
-            "model": MEGAMOLBART, "smiles": [seed] * copies, "num_samples": math.ceil(count / copies),
+            "model": DEFAULT_MOLECULE_MODEL, "smiles": [seed] * copies, "num_samples": math.ceil(count / copies),
             "method": "greedy", "seed": number,
         }  # fmt: skip
         began = time.monotonic()

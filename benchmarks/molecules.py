@@ -52,7 +52,7 @@ from benchmarks.processes import start, stop
 from benchmarks.workload import DRUG_SMILES
 from bionemo_serving.preprocessing.smiles import canonical_smiles
 from bionemo_serving.runtimes.choice import cpu_model
-from bionemo_serving.engine.inputs import MEGAMOLBART
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
 from bionemo_serving.fronts.native.protocol import GenerateRequest
 
 TEST = "test"
@@ -85,20 +85,20 @@ class Api(NativeApi):
     def reconstruct(self, smiles: list[str]) -> tuple[list[str], float, float]:
         """/hidden then /decode of `smiles`: the decoded SMILES and each call's seconds."""
         began = time.monotonic()
-        hidden = self.post("/hidden", {"model": MEGAMOLBART, "sequences": smiles, "encoding_format": "base64"})
+        hidden = self.post("/hidden", {"model": DEFAULT_MOLECULE_MODEL, "sequences": smiles, "encoding_format": "base64"})
         hidden_s = time.monotonic() - began
         states = [
             np.frombuffer(base64.b64decode(row), dtype="<f4").reshape(len(mask), hidden["dim"])
             for row, mask in zip(hidden["hiddens"], hidden["mask"])
         ]
         began = time.monotonic()
-        body = {"model": MEGAMOLBART, "hiddens": np.stack(states).tolist(), "mask": hidden["mask"]}
+        body = {"model": DEFAULT_MOLECULE_MODEL, "hiddens": np.stack(states).tolist(), "mask": hidden["mask"]}
         decoded = self.post("/decode", body)
         return decoded["smiles"], hidden_s, time.monotonic() - began
 
     def generate(self, seeds: list[str], samples: int, seed: int) -> list[dict[str, Any]]:
         """/generate's results: greedy, the default scaled_radius."""
-        body = {"model": MEGAMOLBART, "smiles": seeds, "num_samples": samples, "method": "greedy", "seed": seed}
+        body = {"model": DEFAULT_MOLECULE_MODEL, "smiles": seeds, "num_samples": samples, "method": "greedy", "seed": seed}
         return self.post("/generate", body)["results"]
 
 

@@ -500,6 +500,9 @@ MODELS: dict[str, ModelDescription] = {
 }
 
 DEFAULT_MODEL = "esm2nv"
+"""The model a protein request runs where it names none (/embed, /score, /embed/dataframe, the client's FASTA jobs)."""
+DEFAULT_MOLECULE_MODEL = "megamolbart"
+"""The model that decodes and generates where a request names none (/decode, /generate, MolMIM's dialect)."""
 
 RANDOM_INIT_WEIGHTS = "random-init default"
 EXPORTS_PARAMETER = "exports"

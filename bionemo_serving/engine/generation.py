@@ -12,14 +12,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bionemo_serving.model_catalog import Capability, GraphRole
+from bionemo_serving.model_catalog import Capability, DEFAULT_MOLECULE_MODEL, GraphRole
 from bionemo_serving.preprocessing import SmilesTokenizer
 from bionemo_serving.preprocessing.smiles import canonical_smiles, tanimoto_similarity
 from bionemo_serving.engine.cost import Work
 from bionemo_serving.engine.decode_batcher import DecodeBatcher, Latents, StepRows
 from bionemo_serving.engine.encoding import Encoder
 from bionemo_serving.engine.graphs import GraphCalls
-from bionemo_serving.engine.inputs import DEFAULT_MAX_DECODE_LENGTH, MEGAMOLBART, DecodeInput, DecodingMethod, GenerateInput
+from bionemo_serving.engine.inputs import DEFAULT_MAX_DECODE_LENGTH, DecodeInput, DecodingMethod, GenerateInput
 from bionemo_serving.engine.next_token import BeamSearch, greedy, log_softmax, sample_top_k_top_p
 from bionemo_serving.engine.results import Decoded, Generated, GeneratedMolecule, SeedSamples
 from bionemo_serving.errors import FieldProblem, InvalidRequest
@@ -106,7 +106,7 @@ class MoleculeGenerator:
 
     async def decode_array(self, hidden_states: np.ndarray) -> Decoded:
         """Decode a [batch, length, dim] array with the default model; all-zero vectors are padding, as /hidden pads."""
-        model = await self.registry.model(MEGAMOLBART, Capability.DECODE)
+        model = await self.registry.model(DEFAULT_MOLECULE_MODEL, Capability.DECODE)
         if hidden_states.shape[2] != model.sizes["hidden_size"]:
             raise InvalidRequest.at("hiddens", f"has vectors of {hidden_states.shape[2]} values; {model.name} needs {model.sizes['hidden_size']}")
         mask = hidden_states.any(axis=2).astype(np.int64)

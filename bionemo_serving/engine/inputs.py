@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MEGAMOLBART = "megamolbart"
-"""The model that decodes and generates where a request names none."""
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
+
 DEFAULT_MAX_DECODE_LENGTH = 128
 """Most tokens decoded per molecule where a request says nothing."""
 
@@ -102,7 +102,7 @@ class DecodeInput:
 
     hiddens: Sequence[Sequence[Sequence[float]]] | np.ndarray
     mask: Sequence[Sequence[int]] | np.ndarray
-    model: str = MEGAMOLBART
+    model: str = DEFAULT_MOLECULE_MODEL
     model_version: int | None = None
     max_length: int = DEFAULT_MAX_DECODE_LENGTH
 

@@ -7,9 +7,8 @@ import math
 
 import numpy as np
 
-from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL, MODELS
 from bionemo_serving.preprocessing import tokenizer_for
-from bionemo_serving.engine.inputs import MEGAMOLBART
 from support.fake_runner import FakeRunner, checkpoint_sizes, token_states
 
 SEED = "CC(=O)Nc1ccc(O)cc1"
@@ -28,8 +27,8 @@ LADDER = [
     "CC(C)Cc1ccc(C(C)C(=O)O)cc1",  # 0.822, 0.184
     "CN1CCN(c2ccc(NC(=O)c3ccccc3)cc2)CC1",  # 0.945, 0.286: the best of all
 ]
-HIDDEN = checkpoint_sizes(MODELS[MEGAMOLBART])["hidden_size"]
-ORIGIN = float(token_states(tokenizer_for(MODELS[MEGAMOLBART]).encode(SEED), HIDDEN)[0, 0])
+HIDDEN = checkpoint_sizes(MODELS[DEFAULT_MOLECULE_MODEL])["hidden_size"]
+ORIGIN = float(token_states(tokenizer_for(MODELS[DEFAULT_MOLECULE_MODEL]).encode(SEED), HIDDEN)[0, 0])
 """The seed's latent's first value, which the fake decoder reads."""
 
 

@@ -18,15 +18,15 @@ import pytest
 from bentoml.exceptions import BentoMLException
 from starlette.requests import Request
 
-from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.model_catalog import DEFAULT_MODEL, MODELS
 from bionemo_serving.errors import InvalidRequest
 from bionemo_serving.fronts.dataframe.tables import MAX_ROW_PROBLEMS, DataFrameOutput, ValidatedDataFrame
-from bionemo_serving.fronts.dataframe.routes import EMBED_MODEL, embeddings_frame
+from bionemo_serving.fronts.dataframe.routes import embeddings_frame
 from support.in_process import Answer, InProcessService, assert_rejected
 
 PATH = "/embed/dataframe"
 PARQUET = {"content-type": "application/vnd.apache.parquet"}
-LIMIT = MODELS[EMBED_MODEL].max_length
+LIMIT = MODELS[DEFAULT_MODEL].max_length
 PROTEINS = [
     "MKTAYIAKQRQISFVKSHFSRQ", "MSLK", "MKTVRQERLKSIVRILERSKEPVSGAQLAEELSVSRQVIVQDIAYLRSLGYNIV", "M",
     "ACDEFGHIKLMNPQRSTVWY",
@@ -59,7 +59,7 @@ def embed(routes: InProcessService, sequences: list[str]) -> np.ndarray:
     """/embed's embeddings of `sequences`, in requests within the service's limit."""
     size = routes.engine.limits.max_sequences
     vectors = [
-        routes.post("/embed", {"sequences": sequences[start : start + size], "model": EMBED_MODEL}).json()["embeddings"]
+        routes.post("/embed", {"sequences": sequences[start : start + size], "model": DEFAULT_MODEL}).json()["embeddings"]
         for start in range(0, len(sequences), size)
     ]
     return np.concatenate([np.asarray(part, dtype=np.float32) for part in vectors])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bionemo_serving.preprocessing.smiles import canonical_smiles
-from bionemo_serving.engine.inputs import MEGAMOLBART
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
 from support.in_process import InProcessService
 from support.ladder import HIDDEN, LADDER, SEED, LadderRunner
 
@@ -43,7 +43,7 @@ def test_sampling_hidden_decode_and_embedding_answer_the_nims_shapes(nim: InProc
     decoded = nim.post("/molmim/decode", hidden).json()  # what a NIM client does: /hidden's answer sent back
     assert decoded["generated"] == [LadderRunner().decoded(np.asarray(h, dtype=np.float32)) for h in hidden["hiddens"]]
     embedded = nim.post("/molmim/embedding", {"sequences": [SEED]}).json()
-    native = nim.post("/embed", {"model": MEGAMOLBART, "sequences": [SEED]}).json()
+    native = nim.post("/embed", {"model": DEFAULT_MOLECULE_MODEL, "sequences": [SEED]}).json()
     assert list(embedded) == ["embeddings"] and embedded["embeddings"] == native["embeddings"]
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from bionemo_serving.preprocessing.properties import penalized_logp, qed, qed_with_similarity
 from bionemo_serving.preprocessing.smiles import canonical_smiles, tanimoto_similarity
-from bionemo_serving.engine.inputs import MEGAMOLBART, MolecularProperty, OptimizeInput, SearchAlgorithm
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
+from bionemo_serving.engine.inputs import MolecularProperty, OptimizeInput, SearchAlgorithm
 from bionemo_serving.engine.results import Optimized
 from bionemo_serving.errors import InvalidRequest, Overloaded
 from support.fake_runner import FakeRunner
@@ -27,7 +28,7 @@ from support.ladder import LADDER, SEED, LadderRunner
 def asked(**changes: Any) -> OptimizeInput:
     """The NIM's defaults but the search's size (20 particles, 10 generations), seeded."""
     defaults = OptimizeInput(
-        SEED, MEGAMOLBART, None, MolecularProperty.QED, minimize=False, min_similarity=0.0, particles=20, iterations=10,
+        SEED, DEFAULT_MOLECULE_MODEL, None, MolecularProperty.QED, minimize=False, min_similarity=0.0, particles=20, iterations=10,
         scaled_radius=1.0, num_molecules=5, seed=3,
     )  # fmt: skip
     return replace(defaults, **changes)
@@ -50,7 +51,7 @@ def test_cma_es_climbs_to_the_best_molecule_and_answers_the_best_distinct_ones_f
     scores = [molecule.score for molecule in optimized.molecules]
     assert scores == sorted(scores, reverse=True)
     assert optimized.decoded == runner.decoder_rows() == 20 * 10  # particles x iterations, no more
-    assert (optimized.seed, optimized.seed_smiles, optimized.model) == (3, SEED, MEGAMOLBART)
+    assert (optimized.seed, optimized.seed_smiles, optimized.model) == (3, SEED, DEFAULT_MOLECULE_MODEL)
 
 
 def test_minimize_climbs_down_and_what_is_not_a_molecule_is_never_answered() -> None:

@@ -20,7 +20,8 @@ import grpc
 import numpy as np
 
 from bionemo_serving.engine.engine import Engine
-from bionemo_serving.engine.inputs import MEGAMOLBART, DecodeInput, EmbedInput, HiddenInput
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
+from bionemo_serving.engine.inputs import DecodeInput, EmbedInput, HiddenInput
 from bionemo_serving.errors import InvalidRequest, ServiceError
 from bionemo_serving.fronts.admission import Admission
 from bionemo_serving.fronts.bionemo_grpc.protos import (
@@ -81,13 +82,13 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
         self.engine, self.admission = engine, admission
 
     def _call(self, method: str) -> contextlib.AbstractContextManager[None]:
-        return _one_call(_method_path(megamolbart_pb2, method), MEGAMOLBART, self.SMILES_FIELDS)
+        return _one_call(_method_path(megamolbart_pb2, method), DEFAULT_MOLECULE_MODEL, self.SMILES_FIELDS)
 
     async def SmilesToEmbedding(
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
         with self._call("SmilesToEmbedding"):
-            embedded = await self.admission.run(self.engine.embed(EmbedInput(list(request.smis), MEGAMOLBART, truncate=None)))
+            embedded = await self.admission.run(self.engine.embed(EmbedInput(list(request.smis), DEFAULT_MOLECULE_MODEL, truncate=None)))
         vectors = embedded.vectors
         return megamolbart_pb2.OutputSpec(embeddings=vectors.ravel().tolist(), dim=vectors.shape)
 
@@ -95,7 +96,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
         self, request: megamolbart_pb2.InputSpec, context: grpc.aio.ServicerContext
     ) -> megamolbart_pb2.OutputSpec:
         with self._call("SmilesToHidden"):
-            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.smis), MEGAMOLBART, truncate=None)))
+            hidden = await self.admission.run(self.engine.hidden(HiddenInput(list(request.smis), DEFAULT_MOLECULE_MODEL, truncate=None)))
         return megamolbart_pb2.OutputSpec(
             hidden_states=hidden.states.ravel().tolist(),
             dim=hidden.states.shape,
@@ -118,7 +119,7 @@ class MegaMolBARTSampler(megamolbart_pb2_grpc.GenerativeSamplerServicer):
                 )
             states = np.asarray(request.hidden_states, dtype=np.float32).reshape(batch, length, hidden_size)
             mask = np.asarray(request.masks, dtype=np.int64).reshape(batch, length)
-            decoded = await self.admission.run(self.engine.decode(DecodeInput(states, mask, MEGAMOLBART)))
+            decoded = await self.admission.run(self.engine.decode(DecodeInput(states, mask, DEFAULT_MOLECULE_MODEL)))
         return megamolbart_pb2.OutputSpec(smis=decoded.smiles)
 
 

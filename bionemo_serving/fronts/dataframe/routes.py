@@ -25,13 +25,12 @@ from bionemo_serving.engine.engine import Engine
 from bionemo_serving.engine.inputs import EmbedInput
 from bionemo_serving.errors import FieldProblem, InvalidRequest, ServiceError
 from bionemo_serving.fronts.bentoml.endpoints import Endpoints
+from bionemo_serving.model_catalog import DEFAULT_MODEL
 from bionemo_serving.fronts.dataframe.tables import DataFrameOutput, ValidatedDataFrame, rows_at_fault
 
 if TYPE_CHECKING:
     import pandas as pd
 
-EMBED_MODEL = "esm2nv"
-"""The model /embed/dataframe embeds with (/embed's default)."""
 INPUT_COLUMNS = ("id", "sequence")
 OUTPUT_COLUMNS = ("id", "embedding")
 CALLS_IN_FLIGHT = 2
@@ -123,7 +122,7 @@ async def embed_rows(engine: Engine, sequences: Sequence[str], ids: Sequence[Any
 
     async def embed(rows: list[int]) -> np.ndarray:
         async with in_flight:
-            asked = EmbedInput([sequences[row] for row in rows], EMBED_MODEL, truncate=None)
+            asked = EmbedInput([sequences[row] for row in rows], DEFAULT_MODEL, truncate=None)
             try:
                 return (await engine.embed(asked)).vectors
             except ServiceError as error:
@@ -160,7 +159,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
             default_format="parquet", max_bytes=max_request_bytes,
         ),
         DataFrameOutput(orient="records", columns=list(OUTPUT_COLUMNS), default_format="parquet"),
-        model=EMBED_MODEL,
+        model=DEFAULT_MODEL,
     )  # fmt: skip
     async def embed_dataframe(frame: pd.DataFrame) -> pd.DataFrame:
         """A table of proteins (id, sequence) in, their esm2nv embeddings (id, embedding: float32) out, as Parquet."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import functools
 
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL
 from bionemo_serving.engine.engine import Engine
 from bionemo_serving.engine.inputs import (
     DEFAULT_MAX_DECODE_LENGTH,
-    MEGAMOLBART,
     DecodeInput,
     DecodingMethod,
     EmbedInput,
@@ -61,7 +61,7 @@ GENERATE_NAMES = {"smiles": "smi", "property": "property_name"}
 def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
     """Register the /molmim/ routes; bodies over `max_request_bytes` are refused (413) before they are read."""
     json_body = functools.partial(ValidatedJSON, max_bytes=max_request_bytes)
-    route = functools.partial(endpoint, model=MEGAMOLBART)  # the metrics' model: the requests name none
+    route = functools.partial(endpoint, model=DEFAULT_MOLECULE_MODEL)  # the metrics' model: the requests name none
 
     @route(
         "/molmim/embedding",
@@ -70,7 +70,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
     )
     async def molmim_embedding(request: MolMIMSequencesRequest) -> MolMIMEmbeddingResponse:
         """MolMIM's /embedding: one vector per SMILES, the mean of its tokens' encoder states."""
-        embedded = await engine.embed(EmbedInput(request.sequences, MEGAMOLBART, truncate=None))
+        embedded = await engine.embed(EmbedInput(request.sequences, DEFAULT_MOLECULE_MODEL, truncate=None))
         return MolMIMEmbeddingResponse(embeddings=embedded.vectors.tolist())
 
     @route(
@@ -80,7 +80,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
     )
     async def molmim_hidden(request: MolMIMSequencesRequest) -> MolMIMHiddenResponse:
         """MolMIM's /hidden: each SMILES's latent, its encoder states at every token, with the mask of real tokens."""
-        hidden = await engine.hidden(HiddenInput(request.sequences, MEGAMOLBART, truncate=None))
+        hidden = await engine.hidden(HiddenInput(request.sequences, DEFAULT_MOLECULE_MODEL, truncate=None))
         return MolMIMHiddenResponse(hiddens=hidden.states.tolist(), mask=hidden.mask.astype(bool).tolist())
 
     @route(
@@ -88,7 +88,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
     )
     async def molmim_decode(request: MolMIMDecodeRequest) -> MolMIMDecodeResponse:
         """MolMIM's /decode: latents (as /molmim/hidden answers them) back to SMILES, greedily."""
-        decoded = await engine.decode(DecodeInput(request.hiddens, request.mask, MEGAMOLBART))
+        decoded = await engine.decode(DecodeInput(request.hiddens, request.mask, DEFAULT_MOLECULE_MODEL))
         return MolMIMDecodeResponse(generated=decoded.smiles)
 
     @route(
@@ -101,7 +101,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
         then decoded (by beam search where `beam_size` is over 1); unguided."""
         method = DecodingMethod.BEAM if request.beam_size > 1 else DecodingMethod.GREEDY
         asked = GenerateInput(
-            request.sequences, MEGAMOLBART, None, request.num_molecules, request.scaled_radius, method,
+            request.sequences, DEFAULT_MOLECULE_MODEL, None, request.num_molecules, request.scaled_radius, method,
             temperature=1.0, top_k=0, top_p=1.0, beam_size=request.beam_size, seed=request.seed,
             max_length=DEFAULT_MAX_DECODE_LENGTH,
         )  # fmt: skip
@@ -118,7 +118,7 @@ def mount(endpoint: Endpoints, engine: Engine, max_request_bytes: int) -> None:
         """MolMIM's /generate: new molecules around `smi` that improve `property_name` while keeping `min_similarity`
         to it, found by CMA-ES in the latent space (or sampled around it, `algorithm: none`), best first."""
         asked = OptimizeInput(
-            request.smi, MEGAMOLBART, None, MolecularProperty(request.property_name.value), request.minimize,
+            request.smi, DEFAULT_MOLECULE_MODEL, None, MolecularProperty(request.property_name.value), request.minimize,
             request.min_similarity, request.particles, request.iterations, request.scaled_radius,
             request.num_molecules, request.algorithm, request.seed,
         )  # fmt: skip

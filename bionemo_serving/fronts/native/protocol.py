@@ -10,10 +10,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from bionemo_serving.model_catalog import DEFAULT_MODEL, MODELS, SCORED_AMINO_ACIDS
+from bionemo_serving.model_catalog import DEFAULT_MODEL, DEFAULT_MOLECULE_MODEL, MODELS, SCORED_AMINO_ACIDS
 from bionemo_serving.engine.inputs import (
     DEFAULT_MAX_DECODE_LENGTH,
-    MEGAMOLBART,
     DecodingMethod,
     MolecularProperty,
     Pooling,
@@ -327,7 +326,7 @@ POSITIVE_IN_OPENAPI_3_0 = {"minimum": 0.0, "exclusiveMinimum": True}
 
 
 class DecodeRequest(_Strict):
-    model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can decode.")
+    model: StrictStr = Field(default=DEFAULT_MOLECULE_MODEL, description="A served model that can decode.")
     model_version: ModelVersion = None
     hiddens: list[list[list[FiniteFloat]]] = Field(
         min_length=1,
@@ -374,7 +373,7 @@ class GenerateOptimization(_Strict):
 
 
 class GenerateRequest(_Strict):
-    model: StrictStr = Field(default=MEGAMOLBART, description="A served model that can generate.")
+    model: StrictStr = Field(default=DEFAULT_MOLECULE_MODEL, description="A served model that can generate.")
     model_version: ModelVersion = None
     smiles: list[StrictStr] = Field(
         min_length=1,

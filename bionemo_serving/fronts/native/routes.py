@@ -11,12 +11,11 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from bionemo_serving.model_catalog import MODELS
+from bionemo_serving.model_catalog import DEFAULT_MOLECULE_MODEL, MODELS
 from bionemo_serving.engine.engine import Engine
 from bionemo_serving.engine.limits import RequestLimits
 from bionemo_serving.errors import FieldProblem, InvalidRequest, ServiceError
 from bionemo_serving.engine.inputs import (
-    MEGAMOLBART,
     DecodeInput,
     DecodingMethod,
     EmbedInput,
@@ -140,7 +139,7 @@ def mount(endpoint: Endpoints, engine: Engine, registry: ModelRegistry, max_requ
         "/decode/ndarray",
         ValidatedNdarray(dtype=np.float32, shape=(-1, -1, -1), max_bytes=max_request_bytes),
         JSONOutput(pydantic_model=DecodeResponse),
-        model=MEGAMOLBART,
+        model=DEFAULT_MOLECULE_MODEL,
     )
     async def decode_ndarray(hidden_states: np.ndarray) -> DecodeResponse:
         """Greedy decoding of a [batch, length, dim] float32 array with megamolbart; all-zero vectors are padding."""
