@@ -495,6 +495,7 @@ MODELS: dict[str, ModelDescription] = {
                 "decoder_ffn_dim": 1024,
             },
             summary="MegaMolBART SMILES encoder-decoder: embeddings, latent decoding and sampling of molecules",
+            trained_default=TrainedDefault("weights/megamolbart-moses", "trained here on MOSES train"),
         ),
     )
 }

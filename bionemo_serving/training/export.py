@@ -74,6 +74,8 @@ def model_card(record: dict[str, Any]) -> str:
         (
             f"- {recipe['randomize_prob']:.0%} of encoder inputs are random SMILES of the molecule (RDKit doRandom);"
             " the target stays canonical."
+            if recipe["randomize_prob"]
+            else "- The encoder reads the canonical SMILES, as the decoder writes it."
         ),
         (
             f"- Gaussian noise on the encoder's output, its std drawn per molecule from U(0, {recipe['latent_noise']}),"

@@ -27,7 +27,6 @@ from bionemo_serving.model_catalog import (
     DECODER,
     ENCODER,
     MODELS,
-    RANDOM_INIT_WEIGHTS,
     TRITON_CALL_TIMEOUT_S,
     ExportRecord,
     GraphRole,
@@ -109,8 +108,9 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
     for graph, target in itertools.product(description.graphs, Target):
         text = (repository / description.triton_name(graph.role) / config_path(target)).read_text()
         exports, _ = read_exports(repository / description.triton_name(graph.role))
-        assert [(version, record.checkpoint) for version, record in exports.items()] == [(1, RANDOM_INIT_WEIGHTS)]
-        rendered = render_config(description, graph, sizes, target, RANDOM_INIT_WEIGHTS, exports)
+        weights = description.default_weights  # random-init, or the weights trained here (megamolbart's)
+        assert [(version, record.checkpoint) for version, record in exports.items()] == [(1, weights)]
+        rendered = render_config(description, graph, sizes, target, weights, exports)
         config = text_format.Parse(text, model_config_pb2.ModelConfig())
         # as the exporter wrote it: make models keeps its timings beside it, and each start serves its runtime choice
         # from a folder of its own (bionemo_serving/runtimes/served_repository.py)
@@ -118,7 +118,7 @@ def test_every_default_export_parses_and_names_its_sizes(name: str) -> None:
         assert text.split("\n\n")[0] == rendered.split("\n\n")[0]  # the header documenting each tensor
         assert config.name == description.triton_name(graph.role)
         assert [t.name for t in config.input] == [spec.name for spec in graph.inputs]
-        assert config.parameters["checkpoint"].string_value == RANDOM_INIT_WEIGHTS  # `exporter defaults` says so
+        assert config.parameters["checkpoint"].string_value == weights  # `exporter defaults` says so
 
 
 @pytest.fixture(scope="module")
