@@ -12,7 +12,7 @@ last round's is within `--margin` % of the first's. Settled, because under load 
 moves with what is in flight (an answer of 8 contact maps of 1,022 residues is 8 M floats in the API worker that
 writes it; the decoder holds the caches of every row being decoded): medians under load moved up and down by 5-10 %
 between fifths of a run with no trend, while what a process keeps stays when the load stops. The medians under load
-of every round are reported beside. Writes the figures between the markers of `docs/reliability.md`; exits 1 when a
+of every round are reported beside, the API side's and tritonserver's with its stubs. Writes the figures between the markers of `docs/reliability.md`; exits 1 when a
 request failed or settled memory grew past the margin.
 """
 
@@ -270,11 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         (
             f"Under load: the median of the samples taken every {args.sample:g} s during each round (for comparison: "
-            "it moves with what is in flight):"
+            "it moves with what is in flight), for the API side and for tritonserver with its stubs:"
         ),
         "",
         *header,
-        *memory_rows([*parts, whole], under_load),
+        *memory_rows([API_SIDE, whole], under_load),
         "",
         END,
     ]
