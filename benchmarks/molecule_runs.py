@@ -89,7 +89,7 @@ def run_line(record: dict[str, Any]) -> str:
     model = record["served"]["model"]
     return (
         f"megamolbart v{model['version']} (weights: {model['weights']}), {record['cpu']} ({record['cores']} cores; "
-        f"{' '.join(record['flags'])}), {record['date']}, commit {record['commit']}: `{record['command']}`."
+        f"its flags in the JSON), {record['date']}, commit {record['commit']}: `{record['command']}`."
     )
 
 
