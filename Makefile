@@ -39,7 +39,7 @@ $(INSTALLED): pyproject.toml requirements/navigator-cpu.txt requirements/moses-d
 	touch $@
 
 $(TRITON_READY): $(INSTALLED) $(wildcard operations/tritonserver_setup/*.py)
-	$(BIN)/python -m tritonserver_setup --check-timeout 120
+	$(BIN)/python -m operations.tritonserver_setup --check-timeout 120
 	touch $@
 
 models: $(MODELS_READY)

@@ -99,7 +99,13 @@ class TaskApi(NativeApi):
 
     def search(self, seed: str, optimize: dict[str, Any], number: int) -> tuple[dict[str, Any], float]:
         """/generate's search around `seed`: its one result (samples best first, `decoded`) and the seconds it took."""
-        body = {"model": DEFAULT_MOLECULE_MODEL, "smiles": [seed], "num_samples": ANSWERED, "seed": number, "optimize": optimize}
+        body = {
+            "model": DEFAULT_MOLECULE_MODEL,
+            "smiles": [seed],
+            "num_samples": ANSWERED,
+            "seed": number,
+            "optimize": optimize,
+        }
         began = time.monotonic()
         (result,) = self.post("/generate", body)["results"]
         return result, time.monotonic() - began

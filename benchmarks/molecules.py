@@ -85,7 +85,9 @@ class Api(NativeApi):
     def reconstruct(self, smiles: list[str]) -> tuple[list[str], float, float]:
         """/hidden then /decode of `smiles`: the decoded SMILES and each call's seconds."""
         began = time.monotonic()
-        hidden = self.post("/hidden", {"model": DEFAULT_MOLECULE_MODEL, "sequences": smiles, "encoding_format": "base64"})
+        hidden = self.post(
+            "/hidden", {"model": DEFAULT_MOLECULE_MODEL, "sequences": smiles, "encoding_format": "base64"}
+        )
         hidden_s = time.monotonic() - began
         states = [
             np.frombuffer(base64.b64decode(row), dtype="<f4").reshape(len(mask), hidden["dim"])
@@ -98,7 +100,13 @@ class Api(NativeApi):
 
     def generate(self, seeds: list[str], samples: int, seed: int) -> list[dict[str, Any]]:
         """/generate's results: greedy, the default scaled_radius."""
-        body = {"model": DEFAULT_MOLECULE_MODEL, "smiles": seeds, "num_samples": samples, "method": "greedy", "seed": seed}
+        body = {
+            "model": DEFAULT_MOLECULE_MODEL,
+            "smiles": seeds,
+            "num_samples": samples,
+            "method": "greedy",
+            "seed": seed,
+        }
         return self.post("/generate", body)["results"]
 
 

@@ -152,7 +152,7 @@ GRPC_STATUS: dict[type[ServiceError], grpc.StatusCode] = {
     ClientGone: grpc.StatusCode.CANCELLED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-"""The gRPC code of each error, for every gRPC front (bionemo_serving/fronts/bentoml/grpc_server.py); the details are `str(error)`."""
+"""The gRPC code of each error, for every gRPC front (fronts/bentoml/grpc_server.py); the details are `str(error)`."""
 
 ERROR_TYPES: dict[type[ServiceError], str] = {
     Unauthorized: "unauthorized",

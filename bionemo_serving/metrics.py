@@ -48,7 +48,7 @@ IN_FLIGHT = Gauge(
 )
 QUEUED = Gauge(
     "bionemo_queued_requests",
-    "Engine calls admitted and waiting for their turn to run (bionemo_serving/engine/scheduler.py), over the API workers",
+    "Engine calls admitted and waiting for their turn to run (engine/scheduler.py), over the API workers",
     multiprocess_mode="livesum",
 )
 GRAPH_SEQUENCES = Histogram(

@@ -95,7 +95,7 @@ class Precision(str, enum.Enum):
     FP32 = "FP32"
     FP16 = "FP16"
     INT8 = "INT8"
-    """Weights and activations in 8 bits (bionemo_serving/exporter/quantize.py), where the accuracy gate lets the graph have them."""
+    """Weights and activations in 8 bits (exporter/quantize.py), where the accuracy gate lets the graph have them."""
 
 
 class Target(str, enum.Enum):
@@ -126,7 +126,7 @@ Without it, at 650M past capacity, the stubs computed such answers for 2 to 4 mi
 
 class CallPriority(enum.IntEnum):
     """Triton's priority of a call (its batcher's `priority_levels`; 1 is served first): a client's lone request
-    before the calls of a client with more in flight (bionemo_serving/engine/scheduler.py), so that a flood does not keep
+    before the calls of a client with more in flight (engine/scheduler.py), so that a flood does not keep
     another client's few requests waiting behind its own in Triton's queue."""
 
     LONE = 1
@@ -144,7 +144,7 @@ class BatchingPolicy:
     """Model instances Triton runs side by side; they overlap the python backend's own work with each other's runs."""
     intra_op_threads: int = 0
     """Threads per instance on CPU (the python backend); 0: the cores shared among the instances busy at the moment
-    (bionemo_serving.runtimes.engines.CoreShare), so that a lone request runs on all of them (docs/performance.md: threads)."""
+    (runtimes.engines.CoreShare), so that a lone request runs on all of them (docs/performance.md: threads)."""
     cache_idle_seconds: int = 60
     """A stateful graph forgets a row's cache unused this long: its client went away without releasing it."""
     attention_budget: int = 1024 * 1024

@@ -19,7 +19,7 @@ DEFAULT_MAX_DECODE_LENGTH = 128
 """Most tokens decoded per molecule where a request says nothing."""
 
 
-# The enums carry no docstring: their names and values are the OpenAPI schema's (bionemo_serving/fronts/native/protocol.py).
+# The enums carry no docstring: their names and values are the OpenAPI schema's (fronts/native/protocol.py).
 class Pooling(str, enum.Enum):
     MEAN = "mean"
     CLS = "cls"

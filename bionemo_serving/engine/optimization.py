@@ -15,7 +15,7 @@ radius. With `SearchAlgorithm.NONE` that one generation of `particles` samples i
 is told not to seed numpy's global one, which concurrent requests share).
 
 Molecules are scored as MolMIM scores them: the property (QED, penalized logP, or MolMIM's combined score of QED
-and the similarity to the seed, bionemo_serving/preprocessing/properties.py), maximised or with `minimize` minimised, with a penalty
+and the similarity to the seed, preprocessing/properties.py), maximised or with `minimize` minimised, with a penalty
 where the Tanimoto similarity to the seed falls below `min_similarity`. The penalty outweighs any difference of
 property: a molecule below the floor ranks behind every one that keeps it, the nearer the floor the better, so that
 the search is led back; what does not parse ranks last. CMA-ES reads the order of its samples alone, so it is told their ranks, whatever the property's scale. The answer is

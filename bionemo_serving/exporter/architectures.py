@@ -35,7 +35,12 @@ from bionemo_serving.exporter.nemo import NEMO_SUFFIX, load_nemo
 from bionemo_serving.model_catalog import Architecture, GraphRole, ModelDescription, TrainedDefault
 from bionemo_serving.preprocessing import tokenizer_for
 from bionemo_serving.preprocessing.smiles import MEGAMOLBART_TOKENS, VOCABULARY_FILE
-from bionemo_serving.preprocessing.vocabularies import ESM_ALPHABET, PROTT5_BASE_VOCABULARY, PROTT5_TOKENS, read_vocabulary
+from bionemo_serving.preprocessing.vocabularies import (
+    ESM_ALPHABET,
+    PROTT5_BASE_VOCABULARY,
+    PROTT5_TOKENS,
+    read_vocabulary,
+)
 
 
 # Heads a saved EsmForMaskedLM or EsmModel may lack or carry beyond what is served: the masked-LM head (without

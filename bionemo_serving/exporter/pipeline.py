@@ -23,7 +23,13 @@ from bionemo_serving.exporter.quantize_openvino import quantize_openvino_gated
 from bionemo_serving.exporter.runtime_export import CONVERTERS, Converter, written_files
 from bionemo_serving.exporter.shared_weights import SharedWeights, share_weights
 from bionemo_serving.exporter.triton_config import config_path, read_exports, render_config
-from bionemo_serving.exporter.verify import PROVIDERS, ParityReport, check_parity, check_runtime_parity, require_providers
+from bionemo_serving.exporter.verify import (
+    PROVIDERS,
+    ParityReport,
+    check_parity,
+    check_runtime_parity,
+    require_providers,
+)
 from bionemo_serving.model_catalog import ExportRecord, GraphSpec, ModelDescription, OnnxGraph, Precision, Target
 from bionemo_serving.runtimes.engines import RECORD, Runtime, open_engine
 
@@ -34,7 +40,7 @@ NOT_ASKED = "not asked for (--runtimes)"
 """The export summary's reason for a runtime left out by request; runtime.json then says it was not exported."""
 UNTIMED = "not used: the graph runs onnxruntime untimed (model_catalog.GraphSpec.timed)"
 """Why a graph asked for rarely (layers, contacts) gets no other runtime's file: it would never be served."""
-INT8_ELSEWHERE = "not used: the graph is served in INT8, on onnxruntime or OpenVINO (bionemo_serving/exporter/quantize*.py)"
+INT8_ELSEWHERE = "not used: the graph is served in INT8, on onnxruntime or OpenVINO (exporter/quantize*.py)"
 """Why a graph that passed the INT8 gate gets no onnxruntime-fused or TorchScript file: those would run it in FP32."""
 INT8_RUNTIMES = (Runtime.OPENVINO,)
 """The runtimes besides onnxruntime that quantize a graph themselves: their FP32 file, once it matches torch, is
@@ -135,14 +141,14 @@ def export_model(
     Nothing is written unless every graph passes the parity gate on `target`'s
     execution provider (`tolerance` defaults to the one of its precision).
     A graph over protobuf's 2 GB is traced into ONNX external data (`external_data` forces that path on any graph);
-    in the end every ONNX file's tensors lie in the version's one `model.weights` (bionemo_serving/exporter/shared_weights.py).
+    in the end every ONNX file's tensors lie in the version's one `model.weights` (exporter/shared_weights.py).
     The ONNX file is always written; of the other runtimes only
     those in `runtimes` are (each conversion and its gate takes seconds to minutes), and only for the graphs whose
     runtime is timed (GraphSpec.timed): the others always run onnxruntime.
     Every config records where the weights came from (parameter `checkpoint`, which GET /models shows): `weights`,
     or else the checkpoint's file or folder name (`python -m bionemo_serving.exporter defaults` gives model_catalog.RANDOM_INIT_WEIGHTS).
     With `precision` INT8, the encoder and language-model graphs are quantized and served in INT8 where they pass
-    the accuracy gate (bionemo_serving/exporter/quantize.py), else in FP32; each version's precision is recorded in its config.
+    the accuracy gate (exporter/quantize.py), else in FP32; each version's precision is recorded in its config.
     """
     started = time.perf_counter()
     weights = weights or checkpoint.resolve().name

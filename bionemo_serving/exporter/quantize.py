@@ -14,7 +14,7 @@ The gate runs the checkpoint being exported, on proteins of mixed lengths, with 
 - language model: the deep mutational scan (masked marginals) of the gate proteins, Spearman at least MIN_SPEARMAN
   against FP32's, and their pseudo-perplexity within MAX_PPPL_CHANGE of FP32's.
 A graph that fails any figure is served in FP32 and the export report says which figure failed and by how much.
-OpenVINO's file of an INT8 graph is quantized by NNCF and held to the same gate (bionemo_serving/exporter/quantize_openvino.py).
+OpenVINO's file of an INT8 graph is quantized by NNCF and held to the same gate (exporter/quantize_openvino.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""INT8 graphs for OpenVINO by NNCF, held to the same accuracy gate as onnxruntime's (bionemo_serving/exporter/quantize.py).
+"""INT8 graphs for OpenVINO by NNCF, held to the same accuracy gate as onnxruntime's (exporter/quantize.py).
 
 Two tries, fastest first:
 - static INT8: weights per channel, activations per tensor with ranges calibrated on proteins apart from the gate's,
@@ -7,8 +7,8 @@ Two tries, fastest first:
   the gate at 8M and 150M (random-init: worst embedding cosine 0.980 and 0.980, 0.994 and 0.997 without SmoothQuant);
 - INT8 weights only, activations FP32: a quarter of the weights' bytes, within the gate (0.99973, 0.99964), about
   FP32's speed (150M, 8 x 256: 0.90x OpenVINO's FP32).
-The IR that passes takes the FP32 IR's place, and `bionemo_serving.runtimes.choice` times it against onnxruntime's INT8 graph where
-OpenVINO is timed at all (below bionemo_serving.runtimes.engines.MAPPED_FROM_MIB of shared weights: it copies them into each stub).
+The IR that passes takes the FP32 IR's place, and `runtimes.choice` times it against onnxruntime's INT8 graph where
+OpenVINO is timed at all (below runtimes.engines.MAPPED_FROM_MIB of shared weights: it copies them into each stub).
 """
 
 from __future__ import annotations

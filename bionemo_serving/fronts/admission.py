@@ -2,7 +2,7 @@
 
 Each request's deadline is the server's (BIONEMO_REQUEST_TIMEOUT_S), or shorter where the client sends its own: the
 `X-Request-Timeout` header (seconds) over HTTP, `x-request-timeout` metadata or the call's deadline over gRPC. Its client, whose work is queued
-fairly against other clients' (bionemo_serving/engine/scheduler.py), is the `X-Client-Id` header (or gRPC metadata), else the
+fairly against other clients' (engine/scheduler.py), is the `X-Client-Id` header (or gRPC metadata), else the
 peer's address. The engine refuses at once what cannot finish by the deadline; what still runs past it is cancelled
 (504). A client that closes its connection has its request's work cancelled: never started if it waited, stopped
 between Triton calls if it ran. Past BIONEMO_MAX_IN_FLIGHT requests in one worker, running or queued, a 503 at once.

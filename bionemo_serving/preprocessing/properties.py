@@ -1,4 +1,4 @@
-"""The molecular properties guided generation optimises (bionemo_serving/engine/optimization.py): QED, penalized logP and
+"""The molecular properties guided generation optimises (engine/optimization.py): QED, penalized logP and
 MolMIM's combined QED-and-similarity score.
 
 QED is RDKit's (Bickerton et al. 2012). Penalized logP is JT-VAE's (Jin et al. 2018), the one MolMIM's NIM scores

@@ -70,7 +70,7 @@ ones, one per round of all runtimes, of which the fastest counts (the others met
 LONG_ROUND_S = 30.0
 """Where a runtime's warm-up round (all its work once) took longer, every runtime is timed in one round, not
 TIMED_RUNS: esm2nv at 650M on one thread takes 75 s a round, and four rounds of two runtimes and two graphs would
-keep `bionemo_serving.runtimes.choice` at it for 20 minutes. The warm-up keeps its two rounds: warmed once, both runtimes of the 650M
+keep `runtimes.choice` at it for 20 minutes. The warm-up keeps its two rounds: warmed once, both runtimes of the 650M
 encoder grew by 111 and 138 MiB over their timed round (onnxruntime settles a shape's memory at its second run), and
 neither could be chosen."""
 GROWTH_LIMIT_MIB = 8.0
@@ -228,7 +228,7 @@ def token_batches(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
 def decoder_generations(config: model_config_pb2.ModelConfig) -> list[TimedWork]:
     """Whole generations of the incremental decoder, as serving runs them: the cross-attention of random sources, then
     GENERATED_TOKENS steps, each appending its keys and values to caches that double as the backend's do
-    (bionemo_serving/runtimes/backends/stateful_decoder.py). Each run's sources are one token narrower than the last run's, so
+    (runtimes/backends/stateful_decoder.py). Each run's sources are one token narrower than the last run's, so
     every run meets cache shapes new to the runtime, as serving's ever-different molecules do: a runtime that
     prepares kernels per shape pays for it here, not only in serving."""
     rng = np.random.default_rng(0)
@@ -414,7 +414,7 @@ class Choice:
 def write_into_configs(choices: Mapping[str, Choice]) -> None:
     """Record each choice in its graph's config in the repository itself: for a repository that will be served
     without timing (a remote one). A start never does this: it serves its choice from a folder of its own
-    (bionemo_serving/runtimes/served_repository.py), so that no start changes what another service serving the repository runs."""
+    (runtimes/served_repository.py), so that no start changes what another service serving the repository runs."""
     for choice in choices.values():
         choice.folder.config_path.write_text(choice.config_text())
 

@@ -101,7 +101,7 @@ SHARED_WEIGHTS = "model.weights"
 MAPPED_FROM_MIB = 256
 """Weights of at least this size run where they lie: onnxruntime's prepacking would copy every matrix into each
 session's heap (two sessions per stub, a stub per instance and graph: esm2nv at 150M held 12.6 copies), and a
-runtime that copies them is not timed (bionemo_serving/runtimes/choice.py). Smaller ones are prepacked, faster on short inputs in one
+runtime that copies them is not timed (runtimes/choice.py). Smaller ones are prepacked, faster on short inputs in one
 process alone: esm2nv 8M unpacked ran 1 x 16 tokens 1.83x and 1 x 64 1.23x slower, 8 x 256 1.02x; at 150M (the
 runtime timings, one thread) 1 x 64 1.33x, 8 x 256 1.02x, INT8 1 x 64 1.11x. Two instances at once turn it round at
 150M: each ran 1 x 128 at 216-220 tokens/s mapped, 125-127 prepacked (each streaming its own copy), 8 x 128 at 232-237
@@ -130,7 +130,7 @@ class UnavailableProvider(RuntimeError):
 
 
 class Arena(str, enum.Enum):
-    """What onnxruntime's CPU arena does with the memory a run used (config.pbtxt's `arena`, from bionemo_serving.model_catalog's
+    """What onnxruntime's CPU arena does with the memory a run used (config.pbtxt's `arena`, from model_catalog's
     graph description; the other runtimes manage their own)."""
 
     KEPT = "kept"

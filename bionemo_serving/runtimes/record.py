@@ -1,4 +1,4 @@
-"""What runs one graph and why, as its config records it: `bionemo_serving.runtimes.choice` writes it into the config Triton loads
+"""What runs one graph and why, as its config records it: `runtimes.choice` writes it into the config Triton loads
 (parameters `runtime` and `runtime_timings`), the service reads it back (GET /models; the cost estimates of
 bionemo_serving/engine/cost.py). One type both ways, so that the two never disagree on the format."""
 
@@ -20,7 +20,7 @@ TIMED_SHAPE = re.compile(r"(\d+)x(\d+)$")
 
 @dataclass(frozen=True)
 class RuntimeRecord:
-    """What runs one graph and why (bionemo_serving.runtimes.choice chooses it; a start serves it from bionemo_serving.runtimes.served_repository)."""
+    """What runs one graph and why (runtimes.choice chooses it; a start serves it from runtimes.served_repository)."""
 
     triton_model: str
     runtime: str

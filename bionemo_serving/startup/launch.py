@@ -98,7 +98,7 @@ def prometheus_directory(environment: Mapping[str, str]) -> str:
 def served_with_chosen_runtimes(settings: Settings) -> str:
     """The repository tritonserver is to serve: a local one served from a folder of this start's own, whose timed
     graphs' configs name the runtime chosen here, measured where the repository's record does not hold for this
-    machine (bionemo_serving/runtimes/served_repository.py). Models Triton will not load are not timed (an image without torch
+    machine (runtimes/served_repository.py). Models Triton will not load are not timed (an image without torch
     times every graph anew: minutes each). A GPU target, or a remote repository, is served as it is."""
     if settings.target is not Target.CPU or settings.model_repository.startswith(REMOTE_REPOSITORY_SCHEMES):
         return settings.model_repository  # GPU configs run onnxruntime on the GPU; a remote repository's configs run what they record

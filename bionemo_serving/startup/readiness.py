@@ -60,7 +60,8 @@ def wait_until_ready(url: str, process: subprocess.Popen, timeout: float, what: 
         time.sleep(0.25)
     raise ReadinessTimeout(
         f"{what} was not ready after {timeout:.0f} s ({url}). If tritonserver hangs while loading a "
-        "python-backend model, its python backend stub does not match this Python: run `python -m tritonserver_setup`."
+        "python-backend model, its python backend stub does not match this Python: run "
+        "`python -m operations.tritonserver_setup`."
     )
 
 

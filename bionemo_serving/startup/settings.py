@@ -125,7 +125,7 @@ SERVED_MODELS = Setting(
     "BIONEMO_MODELS", "", "comma-separated models to load (Triton's explicit model control); unset: all in the repository"
 )
 TARGET = Setting("BIONEMO_TARGET", "cpu", "which generated config Triton loads: cpu, gpu or gpu-tensorrt")
-TRITON_LOG_VERBOSE = Setting("BIONEMO_TRITON_LOG_VERBOSE", "0", "tritonserver --log-verbose level (0 is quiet)")
+TRITON_LOG_VERBOSE = Setting("BIONEMO_TRITON_LOG_VERBOSE", "0", "tritonserver's --log-verbose level")
 TRITON_OPTIONS = Setting(
     TRITON_OPTIONS_VARIABLE, "", "more tritonserver options: KEY=VALUE items separated by spaces, as --triton-options takes them"
 )
@@ -145,10 +145,8 @@ MAX_IN_FLIGHT = Setting(
 MAX_RUNNING = Setting(
     "BIONEMO_MAX_RUNNING",
     "4",
-    "requests one API worker runs on Triton at once, as long as together they are short (a long one runs alone; "
-    "decodings, whose steps Triton batches, start beside them); the others wait in its queue, fairly between "
-    "clients, and one that could not finish before its deadline is refused at once (503, or 429 for a client over "
-    "its share, with Retry-After)",
+    "requests one API worker runs on Triton at once while together they are short (a long one runs alone); the "
+    "others wait, fairly between clients; one that could not finish in time is refused at once (503 or 429)",
 )
 ADMIN_TOKEN = Setting(
     "BIONEMO_ADMIN_TOKEN",
@@ -166,14 +164,12 @@ REQUEST_TIMEOUT = Setting(
 RUNTIME = Setting(
     RUNTIME_VARIABLE,
     "auto",
-    "which runtime runs each model's timed graphs on CPU (encoders, ESM's language models, MegaMolBART's decoder; the "
-    "layers and contacts graphs always run onnxruntime, untimed): auto (the fastest of onnxruntime, onnxruntime-fused "
-    "and openvino, timed on this machine at start-up; torchscript is neither timed nor chosen), one of onnxruntime, "
-    "onnxruntime-fused, torchscript, openvino for every model, or model=runtime items separated by commas "
-    "(megamolbart=openvino: its encoder and its decoder)",
+    "which runtime runs each model's timed graphs on CPU: auto (the fastest of onnxruntime, onnxruntime-fused and "
+    "openvino, timed here at start-up), one runtime for every model (also torchscript), or model=runtime items "
+    "separated by commas",
 )
 TRITON_METRICS_PORT_VARIABLE = "BIONEMO_TRITON_METRICS_PORT"
-"""Internal, not a setting: the loopback port of Triton's metrics, chosen once by bionemo_serving.startup.launch, so that the
+"""Internal, not a setting: the loopback port of Triton's metrics, chosen once by startup.launch, so that the
 `bentoml serve` process that starts tritonserver and every API worker that scrapes it agree."""
 ALL_SETTINGS = (
     HOST, PORT, API_WORKERS, MODEL_REPOSITORY, SERVED_MODELS, TARGET, TRITON_LOG_VERBOSE, TRITON_OPTIONS, MAX_SEQUENCES,
@@ -205,7 +201,7 @@ class Settings:
     """Catalog names whose graphs (encoder, and decoder where it has one) run on the runtime given; the others on the
     fastest measured."""
     triton_metrics_port: int | None = None
-    """Triton's metrics on 127.0.0.1 at this port; None (a start without bionemo_serving.startup.launch): Triton's metrics off."""
+    """Triton's metrics on 127.0.0.1 at this port; None (a start without startup.launch): Triton's metrics off."""
     grpc_metrics_port: int = 3001
     esm1nv_grpc_model: str = "esm1nv"
 

@@ -5,7 +5,7 @@
     python -m bionemo_serving.training.megamolbart --run-dir runs/megamolbart --eval 100 --export DIR      # check it, ship it
 
 A run folder holds `checkpoint.pt` (saved every --checkpoint-minutes and at the end; SIGINT or SIGTERM save and stop)
-and `training.json`. The recipe (bionemo_serving/training/recipe.py) is fixed by the first session; later ones may only change
+and `training.json`. The recipe (training/recipe.py) is fixed by the first session; later ones may only change
 where and how long they train. `--export DIR` writes the HF MBart folder `python -m bionemo_serving.exporter` takes.
 """
 
@@ -212,7 +212,9 @@ def _flag(name: str) -> str:
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m bionemo_serving.training.megamolbart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bionemo_serving.training.megamolbart",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--run-dir", type=Path, required=True, help="the run's folder (checkpoint.pt, training.json)")
     parser.add_argument("--resume", action="store_true", help="train on from the run folder's checkpoint")
@@ -228,7 +230,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--eval", type=int, metavar="N", help="reconstruct N molecules set aside from train, after training"
     )
     parser.add_argument("--export", type=Path, metavar="DIR", help="write the checkpoint folder the exporter takes")
-    recipe = parser.add_argument_group("recipe (a new run only; defaults and reasons in bionemo_serving/training/recipe.py)")
+    recipe = parser.add_argument_group(
+        "recipe (a new run only; defaults and reasons in bionemo_serving/training/recipe.py)"
+    )
     recipe.add_argument("--config", help="the model shape: JSON, or a JSON file, over the catalog's default shape")
     for field in dataclasses.fields(Recipe):
         if field.name == "adam_betas":

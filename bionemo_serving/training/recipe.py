@@ -99,7 +99,7 @@ class Recipe:
 
 
 def model_config(recipe: Recipe) -> MBartConfig:
-    """The exporter's MBart config for the recipe's shape (`bionemo_serving.exporter.architectures._create_mbart` builds the same)."""
+    """The exporter's MBart config for the recipe's shape (`exporter.architectures._create_mbart` builds the same)."""
     return MBartConfig(**{**MEGAMOLBART_COMMON, **recipe.shape})
 
 

@@ -73,7 +73,7 @@ class TritonGraph:
 
     @cached_property
     def runtime(self) -> RuntimeRecord:
-        """The runtime the config records (bionemo_serving.runtimes.choice) and its timings; onnxruntime where none is. Read once:
+        """The runtime the config records (runtimes.choice) and its timings; onnxruntime where none is. Read once:
         every score request's time estimate reads it (bionemo_serving/engine/cost.py)."""
         return RuntimeRecord.from_parameters(self.name, self.config.parameters)
 

@@ -114,7 +114,9 @@ def build_image(base_image: str | None, target: Target) -> str:
     if base_image == STAND_IN:
         if target is not Target.CPU:
             raise ImageError("the stand-in has no GPU: only --target cpu builds on it")
-        print("building on a STAND-IN base, not nvcr.io/nvidia/tritonserver (operations/container/stand_in/Containerfile)")
+        print(
+            "building on a STAND-IN base, not nvcr.io/nvidia/tritonserver (operations/container/stand_in/Containerfile)"
+        )
         bento = build_bento.build(
             target, base_image=stand_in(builder), python_version=STAND_IN_PYTHON, lock=STAND_IN_LOCK
         )

@@ -138,7 +138,9 @@ def audit_locks(locks: list[Path], osv_url: str, timeout_s: int, required: bool)
     """Each lock in turn, its findings and verdict after the previous one's; the worst exit code. The first
     NOT RUN stands for all of them."""
     if not locks:
-        return Outcome(1, ["dependency audit FAILED: no lock to audit (`make lock` writes them into operations/container/)"])
+        return Outcome(
+            1, ["dependency audit FAILED: no lock to audit (`make lock` writes them into operations/container/)"]
+        )
     outcomes = []
     for lock in locks:
         outcome = audit(lock, osv_url, timeout_s, required)

@@ -1,4 +1,5 @@
-"""`python -m tritonserver_setup [--check-timeout S]`: provision tritonserver, then prove it loads a python model.
+"""`python -m operations.tritonserver_setup [--check-timeout S]`: provision tritonserver, then prove it loads a python
+model.
 
 `<venv>/bin/tritonserver` is a wrapper that runs the server in a process group
 of its own and ends the python backend stubs with it. It wraps the tritonserver
@@ -20,7 +21,7 @@ from bionemo_serving.startup.readiness import ReadinessTimeout
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tritonserver_setup", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m operations.tritonserver_setup", description=__doc__)
     check = parser.add_mutually_exclusive_group()
     check.add_argument("--check-timeout", type=float, default=120.0, help="seconds to wait for readiness")
     check.add_argument("--no-check", action="store_true", help="provision only, start no server")

@@ -47,7 +47,7 @@ def _supervising_wrapper(about: str, environment: list[str], server: list[str]) 
     """
     environment_lines = "".join(f"{line}\n" for line in environment)
     return f"""#!/usr/bin/env bash
-# Written by `python -m tritonserver_setup`: {about}.
+# Written by `python -m operations.tritonserver_setup`: {about}.
 {environment_lines}# tritonserver runs in a process group of its own (job control), so that the python backend stubs
 # it starts end with it however it ends: the stubs of a killed server otherwise live on, each holding a model's memory.
 set -m

@@ -17,7 +17,16 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from bionemo_serving.exporter import export_model, quantize
-from bionemo_serving.exporter.quantize import MIN_COSINE, GateFigure, GateReport, Recipe, gate_answers, has_vnni, quantize_gated, recipes
+from bionemo_serving.exporter.quantize import (
+    MIN_COSINE,
+    GateFigure,
+    GateReport,
+    Recipe,
+    gate_answers,
+    has_vnni,
+    quantize_gated,
+    recipes,
+)
 from bionemo_serving.exporter.quantize_openvino import NncfRecipe
 from bionemo_serving.exporter.triton_config import read_exports
 from bionemo_serving.model_catalog import SCORED_AMINO_ACIDS, ExportRecord, GraphRole, Precision

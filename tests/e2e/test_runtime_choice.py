@@ -42,7 +42,15 @@ from bionemo_serving.runtimes.choice import (
     timeable,
     write_into_configs,
 )
-from bionemo_serving.runtimes.engines import SHARED_WEIGHTS, Arena, CoreShare, FreedMemory, Runtime, open_engine, process_start
+from bionemo_serving.runtimes.engines import (
+    SHARED_WEIGHTS,
+    Arena,
+    CoreShare,
+    FreedMemory,
+    Runtime,
+    open_engine,
+    process_start,
+)
 from bionemo_serving.runtimes.served_repository import relink
 from bionemo_serving.startup.settings import Settings, SettingsError
 from support.checkpoints import TinyExport, TinyModels, tiny

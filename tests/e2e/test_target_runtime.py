@@ -77,7 +77,9 @@ def test_a_gpu_target_is_refused_naming_the_model_the_provider_and_its_lock(targ
     )
     assert "CUDAExecutionProvider comes with onnxruntime-gpu (pyproject's `gpu` extra, " in message
     assert "operations/container/requirements-gpu.lock)" in message
-    assert message.endswith(f"`build_bento.py --target {target.value}` installs operations/container/requirements-gpu.lock")
+    assert message.endswith(
+        f"`build_bento.py --target {target.value}` installs operations/container/requirements-gpu.lock"
+    )
 
 
 def test_a_model_without_the_targets_config_is_read_from_its_default_one(tmp_path: Path) -> None:

@@ -23,7 +23,14 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from bionemo_serving.exporter.triton_config import render_config
-from bionemo_serving.model_catalog import MODELS, RANDOM_INIT_WEIGHTS, SCORED_AMINO_ACIDS, GraphRole, GraphSpec, ModelDescription
+from bionemo_serving.model_catalog import (
+    MODELS,
+    RANDOM_INIT_WEIGHTS,
+    SCORED_AMINO_ACIDS,
+    GraphRole,
+    GraphSpec,
+    ModelDescription,
+)
 from bionemo_serving.preprocessing.smiles import MEGAMOLBART_TOKENS, SmilesTokenizer
 
 

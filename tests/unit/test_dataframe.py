@@ -59,7 +59,9 @@ def embed(routes: InProcessService, sequences: list[str]) -> np.ndarray:
     """/embed's embeddings of `sequences`, in requests within the service's limit."""
     size = routes.engine.limits.max_sequences
     vectors = [
-        routes.post("/embed", {"sequences": sequences[start : start + size], "model": DEFAULT_MODEL}).json()["embeddings"]
+        routes.post("/embed", {"sequences": sequences[start : start + size], "model": DEFAULT_MODEL}).json()[
+            "embeddings"
+        ]
         for start in range(0, len(sequences), size)
     ]
     return np.concatenate([np.asarray(part, dtype=np.float32) for part in vectors])

@@ -101,7 +101,9 @@ def import_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges.update(_imported(node, module, is_package, known))
-        edges.discard(module)  # a package naming itself (`from bionemo_serving.exporter import export_model` in bionemo_serving/exporter/__init__.py)
+        edges.discard(
+            module
+        )  # a package naming itself (`from bionemo_serving.exporter import export_model` in bionemo_serving/exporter/__init__.py)
         graph[module] = edges
     return graph
 
@@ -241,9 +243,13 @@ def _describe(components: list[list[str]], graph: dict[str, set[str]]) -> str:
 def test_the_graph_sees_the_exporter_layers() -> None:
     """The graph resolves packages, `from package import module` and function-level imports."""
     graph = import_graph()
-    assert {"bionemo_serving.exporter.exportable", "bionemo_serving.exporter.nemo"} <= graph["bionemo_serving.exporter.architectures"]
+    assert {"bionemo_serving.exporter.exportable", "bionemo_serving.exporter.nemo"} <= graph[
+        "bionemo_serving.exporter.architectures"
+    ]
     assert "bionemo_serving.exporter.nemo.archive" in graph["bionemo_serving.exporter.nemo.esm"]
-    assert "bionemo_serving.exporter.pipeline" in graph["bionemo_serving.exporter"]  # `from bionemo_serving.exporter import pipeline` inside `__getattr__`
+    assert (
+        "bionemo_serving.exporter.pipeline" in graph["bionemo_serving.exporter"]
+    )  # `from bionemo_serving.exporter import pipeline` inside `__getattr__`
 
 
 def test_finds_a_cycle() -> None:
@@ -291,14 +297,18 @@ def test_finds_a_flat_import_of_a_file_not_copied_beside(tmp_path: Path) -> None
     for module, source in sources.items():
         files[module] = tmp_path / f"{module}.py"
         files[module].write_text(source)
-    assert flat_import_violations(files, self_contained=("bionemo_serving.runtimes.engines", "bionemo_serving.runtimes.backends")) == [
+    assert flat_import_violations(
+        files, self_contained=("bionemo_serving.runtimes.engines", "bionemo_serving.runtimes.backends")
+    ) == [
         "bionemo_serving.runtimes.backends.model -> choice (flat): only ['engines'] is copied beside it",
     ]
 
 
 def test_every_module_imports_only_its_layer_or_lower_ones() -> None:
     violations = layer_violations(import_graph())
-    assert not violations, "imports against the layers (tests/unit/test_import_layers.py LAYERS):\n" + "\n".join(violations)
+    assert not violations, "imports against the layers (tests/unit/test_import_layers.py LAYERS):\n" + "\n".join(
+        violations
+    )
 
 
 def test_the_python_backends_import_only_the_engines_copied_beside_them() -> None:

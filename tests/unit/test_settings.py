@@ -13,7 +13,13 @@ from bentoml._internal.configuration.containers import BentoMLConfiguration
 from bionemo_serving.startup.command_lines import graphs_of, serve_arguments, triton_arguments
 from bionemo_serving.startup.launch import serve_command
 from bionemo_serving.startup.settings import ALL_SETTINGS, PROJECT_ROOT, Settings, SettingsError
-from bionemo_serving.triton.options import TritonOption, TritonOptionError, parse_environment, render_environment, split_arguments
+from bionemo_serving.triton.options import (
+    TritonOption,
+    TritonOptionError,
+    parse_environment,
+    render_environment,
+    split_arguments,
+)
 
 
 def test_defaults_serve_every_model_on_loopback() -> None:

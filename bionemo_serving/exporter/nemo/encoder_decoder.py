@@ -92,7 +92,9 @@ TOKENS_HEAD = f"{MODULE}tokens_head."
 MBART_POSITION_OFFSET = 2
 """MBartLearnedPositionalEmbedding.offset: MBart's first position reads row 2."""
 MEGAMOLBART_VOCABULARY_SOURCE = "MegaMolBART's regex vocabulary (bionemo_serving/preprocessing/vocab/megamolbart.vocab)"
-PROTT5_VOCABULARY_SOURCE = "ProtT5's sentencepiece vocabulary (bionemo_serving/preprocessing/vocabularies.py PROTT5_BASE_VOCABULARY)"
+PROTT5_VOCABULARY_SOURCE = (
+    "ProtT5's sentencepiece vocabulary (bionemo_serving/preprocessing/vocabularies.py PROTT5_BASE_VOCABULARY)"
+)
 
 # Settings MBart reproduces only with these values, which are also NeMo's defaults (token_level_encoder_decoder.py).
 _MBART_SETTINGS: dict[str, object] = {

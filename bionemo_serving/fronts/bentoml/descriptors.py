@@ -3,7 +3,7 @@
 BentoML's own descriptors answer a body that fails validation with a
 plain-text 400 and anything unexpected with a 500. Here the input descriptor
 hands a body it cannot use to the endpoint as a `ServiceError`, the endpoint
-(bionemo_serving/fronts/bentoml/endpoints.py) returns any `ServiceError` instead of raising it, and the output descriptors
+(fronts/bentoml/endpoints.py) returns any `ServiceError` instead of raising it, and the output descriptors
 render it as its status code and error body, whatever the success type.
 Each descriptor keeps the wire format of the BentoML one it extends, and says so
 in /docs.json, so that BentoML's own clients can call every API.
@@ -208,7 +208,7 @@ class NoInput(PublishesBentoMLSpec, bentoml.io.JSON):
 class RendersErrors:
     """Mixin for output descriptors: a `ServiceError` becomes its status and JSON error body.
 
-    `error_shape` writes the body: the service's own shape, or another API dialect's (bionemo_serving/fronts/openai/routes.py);
+    `error_shape` writes the body: the service's own shape, or another API dialect's (fronts/openai/routes.py);
     the status is always the one of bionemo_serving/errors.py.
     """
 

@@ -11,7 +11,14 @@ import bentoml
 from bentoml.exceptions import BentoMLException
 from starlette.requests import Request
 
-from bionemo_serving.errors import FieldProblem, InvalidRequest, MalformedBody, PayloadTooLarge, ServiceError, UnsupportedMediaType
+from bionemo_serving.errors import (
+    FieldProblem,
+    InvalidRequest,
+    MalformedBody,
+    PayloadTooLarge,
+    ServiceError,
+    UnsupportedMediaType,
+)
 from bionemo_serving.fronts.bentoml.descriptors import PublishesBentoMLSpec, ReadsBody, RendersErrors, read_body
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Request and response types of the native API; they are also its OpenAPI schema (/docs.json).
 
-The limit on how many sequences one request holds is not here but in the engine (bionemo_serving/engine/limits.py), which
+The limit on how many sequences one request holds is not here but in the engine (engine/limits.py), which
 enforces it for every front: the types are fixed at import, the settings read at start-up.
 """
 

@@ -1,7 +1,7 @@
 """Triton python-backend model: a seq2seq decoder that keeps each row's key-value cache between calls.
 
 The exporter copies this file into `<repository>/<model>/<version>/model.py` for
-model_catalog's DECODER graph, and `bionemo_serving/runtimes/engines.py` beside it as `engines.py`; tensor names, dtypes,
+model_catalog's DECODER graph, and `runtimes/engines.py` beside it as `engines.py`; tensor names, dtypes,
 the graph's two parts, the runtime that runs them (`runtime`, recorded by
 `bionemo_serving.runtimes.choice`; onnxruntime where none is), threads and the provider
 come from its `config.pbtxt`. The service's decode batcher calls it once
