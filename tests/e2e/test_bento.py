@@ -75,7 +75,7 @@ def test_dockerfile_builds_on_tritonserver_with_its_python_and_our_entrypoint(do
     assert "ENV BIONEMO_HOST=$BIONEMO_HOST" in dockerfile and "ARG BIONEMO_HOST=0.0.0.0" in dockerfile
     assert "ARG BIONEMO_TARGET=cpu" in dockerfile
     entrypoints = re.findall(r"^ENTRYPOINT \[ \"(.+)\" \]$", dockerfile, re.MULTILINE)
-    assert entrypoints[-1] == "/home/bentoml/bento/src/container/entrypoint.sh"
+    assert entrypoints[-1] == "/home/bentoml/bento/src/operations/container/entrypoint.sh"
     assert os.access(cpu_bento / "src" / "operations" / "container" / "entrypoint.sh", os.X_OK)
 
 
