@@ -73,7 +73,7 @@ $(CONTAINER_ENGINE_READY): $(INSTALLED) operations/container/engine.py
 	$(BIN)/python -m operations.container.engine --provision
 	touch $@
 
-# Spark's tests (tests/e2e/test_spark_e2e.py, test_spark_cluster_e2e.py) and make bench's Spark lines start JVMs: Java,
+# Spark's tests (tests/e2e/test_spark_cluster_e2e.py) and make bench's Spark lines start JVMs: Java,
 # installed with apt as root, else `make test` stops naming it (operations/tools/java_runtime.py).
 JAVA_READY := $(VENV)/.java-checked
 
@@ -131,12 +131,12 @@ BENCH_SPARK_SEQUENCES ?= 2000
 # The overload step (benchmarks/overload.py): /embed at 2x, 4x and 8x its saturating concurrency, each request's
 # X-Request-Timeout BENCH_DEADLINE_S, each step BENCH_OVERLOAD_SECONDS; at 8M the CLI on a FASTA of this many proteins
 # under 4x. It runs last: a missed target exits 1 once every other figure is written.
-BENCH_OVERLOAD_SECONDS ?= 20
+BENCH_OVERLOAD_SECONDS ?= 10
 BENCH_DEADLINE_S ?= 5
 BENCH_OVERLOAD_FILE ?= 10000
 # At a real size a request of 8 proteins is seconds of work on 2 cores (150M: about 8 s): there each request holds one
 # protein, the deadline is longer and each step too, so that each answers a few dozen requests.
-BENCH_SIZED_OVERLOAD := --proteins 1 --deadline 20 --seconds 40
+BENCH_SIZED_OVERLOAD := --proteins 1 --deadline 20 --seconds 20
 
 $(BENCH_READY): $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[bench]'

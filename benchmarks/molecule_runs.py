@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,20 +89,3 @@ def run_line(record: dict[str, Any]) -> str:
         f"megamolbart v{model['version']} (weights: {model['weights']}), {record['cpu']} ({record['cores']} cores; "
         f"its flags in the JSON), {record['date']}, commit {record['commit']}: `{record['command']}`."
     )
-
-
-def write_section(doc: Path, text: str) -> None:
-    """`text`, whose first and last lines are its markers, in place of what those markers of `doc` held."""
-    lines = text.splitlines()
-    begin, end = lines[0], lines[-1]
-    before = doc.read_text()
-    doc.write_text(before[: before.index(begin)] + text + before[before.index(end) + len(end) :])
-
-
-def render_into_doc(run_json: Path, doc: Path, render: Callable[[dict[str, Any]], str]) -> int:
-    """`--render`: the section `render` makes of the run at `run_json`, written between its markers in `doc` and
-    printed; the exit status."""
-    text = render(json.loads(run_json.read_text()))
-    write_section(doc, text)
-    print(text)
-    return 0

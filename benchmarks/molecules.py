@@ -44,7 +44,6 @@ from benchmarks.molecule_runs import (
     figure,
     held_out_order,
     molecule_service,
-    render_into_doc,
     run_line,
     tokenizable,
 )
@@ -211,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC, help="the markdown file --render writes into")
     args = parser.parse_args(argv)
     if args.render:
-        return render_into_doc(args.render, args.doc, render)
+        return record.render_into_doc(args.render, args.doc, render)
     measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     chosen, left_out = selection(max(args.reconstruct, args.seeds))
     running = start(molecule_service(args.repository.resolve()), timeout=1800)

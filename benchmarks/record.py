@@ -1,5 +1,5 @@
-"""What every benchmark's JSON record carries, and its targets checked: one place, so that no two benchmarks describe
-the machine, the code or a miss differently (benchmarks/results/*.json)."""
+"""What every benchmark's JSON record carries, its targets checked, and its markdown written into the docs: one place,
+so that no two benchmarks describe the machine, the code or a miss differently (benchmarks/results/*.json)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import platform
 import re
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -127,3 +127,20 @@ def exit_status(targets: Mapping[str, Mapping[str, Any]]) -> int:
 def met_cell(target: Mapping[str, Any]) -> str:
     """A target's state as a table cell."""
     return {True: "met", False: "**missed**", None: f"not applicable: {target.get('why', '')}"}[target["met"]]
+
+
+def write_section(doc: Path, text: str) -> None:
+    """`text`, whose first and last lines are its markers, in place of what those markers of `doc` held."""
+    lines = text.splitlines()
+    begin, end = lines[0], lines[-1]
+    before = doc.read_text()
+    doc.write_text(before[: before.index(begin)] + text + before[before.index(end) + len(end) :])
+
+
+def render_into_doc(run_json: Path, doc: Path, render: Callable[[dict[str, Any]], str]) -> int:
+    """`--render`: the section `render` makes of the run at `run_json`, written between its markers in `doc` and
+    printed; the exit status."""
+    text = render(json.loads(run_json.read_text()))
+    write_section(doc, text)
+    print(text)
+    return 0

@@ -21,8 +21,8 @@ before the job, beside the job's.
 
 run_in_spark never stops the servers it starts, and they outlive Spark's Python workers: every process the job
 started carries this run's marker in its environment (MARKER_VARIABLE), and `stop_job_processes` stops each of them by
-PID once the job has ended (on a cluster through spark.executorEnv: EXECUTOR_VARIABLES). tests/e2e/test_spark_e2e.py
-runs the same job in local mode, tests/e2e/test_spark_cluster_e2e.py on the cluster, one worker killed mid-job.
+PID once the job has ended (on a cluster through spark.executorEnv: EXECUTOR_VARIABLES). tests/e2e/test_spark_cluster_e2e.py
+runs the same job on the cluster, one worker killed mid-job.
 """
 
 from __future__ import annotations

@@ -7,12 +7,10 @@ are built from lives in tests/support/."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support import bento
 from support.bentoml_clients import MOLECULES, through_curl
 from support.checkpoints import TinyModels
 from support.image_build import ImageBuild
@@ -39,18 +37,6 @@ def molecule_hiddens(service: RunningService) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def bento_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A BentoML home (bento store) of the session's own."""
-    return tmp_path_factory.mktemp("bentoml-home")
-
-
-@pytest.fixture(scope="session")
-def cpu_bento(bento_home: Path) -> Path:
-    """build_bento.py's cpu bento, built once a session: its folder in `bento_home`'s store."""
-    return bento.build(bento_home, "cpu")
-
-
-@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     """Tiny checkpoints of each architecture and their exports, each made once a session, on first use."""
     return TinyModels(tmp_path_factory.mktemp("tiny-models"))
@@ -70,9 +56,15 @@ def image_build(request: pytest.FixtureRequest) -> Iterator[ImageBuild | None]:
 
 LAYER_MARKS = {"e2e": ("e2e",), "container": ("e2e", "container")}
 """The marks every test of a layer's folder carries, so that `-m "not e2e and not container"` is the unit layer."""
+LAYER_ORDER = ("unit", "e2e", "container")
+"""The order the layers run in: the fast one first, the image's last, so that the image's build (started with the
+session, minutes from nothing) runs while the others do, not before them (pytest would take the folders
+alphabetically)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for mark in LAYER_MARKS.get(item.path.parent.name, ()):
             item.add_marker(mark)
+    layer = {name: index for index, name in enumerate(LAYER_ORDER)}
+    items.sort(key=lambda item: layer.get(item.path.parent.name, len(LAYER_ORDER)))  # stable: each layer's order kept

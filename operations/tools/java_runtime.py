@@ -1,4 +1,4 @@
-"""The Java runtime pyspark starts (tests/e2e/test_spark_e2e.py, `make bench`'s Spark line), and `make test`'s provisioning.
+"""The Java runtime pyspark starts (tests/e2e/test_spark_cluster_e2e.py, `make bench`'s Spark line), and `make test`'s provisioning.
 
     .venv/bin/python -m operations.tools.java_runtime --provision
 

@@ -50,7 +50,15 @@ def containerfile(home: Path, bento: Path) -> str:
     return output.read_text()
 
 
-# bento_home and cpu_bento are the session's (conftest.py): test_spark_e2e.py runs the same cpu bento.
+@pytest.fixture(scope="module")
+def bento_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BentoML home (bento store) of this module's own."""
+    return tmp_path_factory.mktemp("bentoml-home")
+
+
+@pytest.fixture(scope="module")
+def cpu_bento(bento_home: Path) -> Path:
+    return build(bento_home, "cpu")
 
 
 @pytest.fixture(scope="module")

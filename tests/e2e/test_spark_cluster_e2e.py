@@ -4,7 +4,9 @@ bento (its xz export in SparkFiles, imported by each executor into its worker's 
 range-partitioned by id in two: one task on each worker, each starting its bento server (esm2nv alone). Once both
 servers run, one worker's JVM and its executor's JVM are killed (SIGKILL, by PID), as a lost machine; Spark runs the
 lost task again on the other worker, and the answer is complete, in id order and equal to /embed's (the session's
-service). Nothing is stubbed; every process the job started, and the cluster's, is stopped by PID after it."""
+service) and, for a sample, to transformers' on the same weights. Nothing is stubbed; every process the job started,
+and the cluster's, is stopped by PID after it, and no tritonserver of it is left. (Spark's local mode, `local[2]`,
+runs the same job: `make bench`'s Spark line.)"""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from benchmarks.spark_cluster import StandaloneCluster
 from benchmarks.spark_throughput import BENTO_OPTIONS, job_processes, run_job
 from bionemo_serving.preprocessing.protein_tokenizer import STANDARD_RESIDUES
 from support import bento
-from support.reference import TOLERANCE
+from support.reference import TOLERANCE, TransformersReference
 from support.service import RunningService, triton_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -33,6 +35,8 @@ LENGTHS = (20, 150)
 """Residues per protein: short, so that the job, its lost task run again, and /embed's check fit make test's time."""
 RECORDS_PER_BATCH = 125
 """Eight requests a partition: the lost worker has answered some of its partition, not all, when it is killed."""
+SAMPLE = (0, 999, 1000, 1999)
+"""Rows checked against transformers too: each partition's first and last."""
 SERVED_S = 8
 """How long both workers' bento servers run before one worker is lost."""
 SERVERS_TIMEOUT_S = 300
@@ -121,3 +125,6 @@ def test_run_in_spark_on_a_standalone_cluster_survives_a_lost_worker_and_answers
         for start in range(0, PROTEINS, 64)
     ])  # fmt: skip
     np.testing.assert_allclose(vectors, embedded, rtol=0, atol=TOLERANCE)
+    reference = TransformersReference("esm2nv")
+    expected = np.stack([reference.mean_embedding(sequences[row]) for row in SAMPLE])
+    np.testing.assert_allclose(vectors[list(SAMPLE)], expected, rtol=0, atol=TOLERANCE)

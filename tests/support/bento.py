@@ -1,6 +1,5 @@
-"""The bento as `build_bento.py` builds it, into a BentoML home of a test's own (BENTOML_HOME): one build per target a
-session, shared by the tests that read it (test_bento.py) and the one that runs it in Spark (test_spark_e2e.py);
-test_spark_cluster_e2e.py builds the one Spark ships (esm2nv on onnxruntime) into a home of its own."""
+"""The bento as `build_bento.py` builds it, into a BentoML home of a test's own (BENTOML_HOME): test_bento.py's cpu
+and gpu bentos, and the one test_spark_cluster_e2e.py ships to Spark (esm2nv on onnxruntime)."""
 
 from __future__ import annotations
 

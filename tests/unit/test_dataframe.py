@@ -2,7 +2,7 @@
 a table in (Parquet, JSON records or CSV), the same embeddings as /embed out as Parquet, in the rows' order, whatever
 the number of rows; every table it cannot use a 4xx in the one error shape naming the column or the row (and its id).
 Also its descriptors as BentoML's HTTP client, and so `bentoml.batch.run_in_spark`, uses them: the frame it sends,
-the answer it reads back and the Arrow batch it hands Spark. tests/e2e/test_spark_e2e.py runs it in Spark."""
+the answer it reads back and the Arrow batch it hands Spark. tests/e2e/test_spark_cluster_e2e.py runs it in Spark."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from benchmarks import molecule_metrics as metrics
-from benchmarks.molecule_runs import RANDOM_INIT_NOTE, write_section
+from benchmarks.molecule_runs import RANDOM_INIT_NOTE
+from benchmarks.record import write_section
 from benchmarks.molecules import BEGIN, END, render
 from benchmarks.record import missed
 from benchmarks.workload import DRUG_SMILES

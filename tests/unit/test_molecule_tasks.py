@@ -11,7 +11,8 @@ import pytest
 from benchmarks import molecule_metrics as metrics
 from benchmarks import molecule_task_scores as scores
 from benchmarks import molecule_tasks as tasks
-from benchmarks.molecule_runs import RANDOM_INIT_NOTE, write_section
+from benchmarks.molecule_runs import RANDOM_INIT_NOTE
+from benchmarks.record import write_section
 from bionemo_serving.preprocessing.properties import penalized_logp
 
 QED_SEED = "COCCOc1ccccc1C(=O)NCc1cscn1"  # QED 0.794
