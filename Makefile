@@ -159,7 +159,6 @@ ifeq ($(MODEL_SIZE),)
 	$(BIN)/python -m benchmarks.run --seconds $(BENCH_SECONDS) --users $(BENCH_USERS) \
 		--generate-users $(BENCH_GENERATE_USERS) || status=1; \
 	$(BIN)/python -m benchmarks.client_files --million-seconds $(BENCH_CLIENT_SECONDS) || status=1; \
-	$(BIN)/python -m benchmarks.spark_throughput --sequences $(BENCH_SPARK_SEQUENCES) || status=1; \
 	$(BIN)/python -m benchmarks.spark_throughput --sequences $(BENCH_SPARK_SEQUENCES) --cluster 2 || status=1; \
 	$(BIN)/python -m benchmarks.molecules --repository $(REPOSITORY) || status=1; \
 	$(BIN)/python -m benchmarks.molecule_tasks --repository $(REPOSITORY) || status=1; \

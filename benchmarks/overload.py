@@ -422,8 +422,8 @@ def render(run: dict) -> str:
         f"esm2nv {run['label']}, {run['cpu']} ({run['cores']} cores), {run['date']}, commit "
         f"{run['commit']}: `{run['command']}`. Requests of {run['request']['proteins']} proteins of "
         f"{run['request']['residues']} residues, X-Request-Timeout {run['deadline_s']:g} s. Sweep (clients: tokens/s): "
-        f"{sweep}; saturating concurrency {run['saturating_clients']}. Saturation, 2x, 4x, 8x: {run['repeats']} rounds "
-        "of a step each; goodput: median (range), the other columns: the rounds together.",
+        f"{sweep}; saturating concurrency {run['saturating_clients']}. {run['repeats']} rounds of saturation, 2x, 4x, "
+        "8x; goodput: median (range); the rest: the rounds together.",
         "",
         "| step | clients | goodput tok/s | answered | refused | 504 | answered p99 s | refusals p99 s | lone p50 s "
         "| Triton busy s/s | Triton s/call |",

@@ -1,7 +1,8 @@
 """`make bench`'s Spark lines: `bentoml.batch.run_in_spark` of the built bento, in sequences/s, in Spark's local mode
 and on a standalone cluster of two workers on this machine.
 
-    python -m benchmarks.spark_throughput [--sequences 2000] [--partitions 2] [--master 'local[2]' | --cluster 2]
+    python -m benchmarks.spark_throughput [--sequences 2000] [--partitions 2] [--master 'local[2]'] [--cluster 2]
+    python -m benchmarks.spark_throughput --render benchmarks/results/spark.json [--doc docs/benchmarks-<cpu>.md]
 
 The cpu bento of esm2nv alone on onnxruntime (`build_bento.py --models esm2nv --runtimes ...`: what the job's servers
 load, 33 MB instead of the whole bento's 342 MB), built into a BentoML home of this run's own; N proteins of the
@@ -13,11 +14,11 @@ bento server of its task's own (run_in_spark starts one per task) that serves es
 collected in id order. The figure is the sequences over the job's wall time from run_in_spark to the collected
 answer: the bento's distribution to the executors and the servers' start-up are in it, as they are in any job.
 
-`--cluster N` starts a standalone cluster of N one-core workers on 127.0.0.1 (benchmarks.spark_cluster) and runs the
-job against its master (`--master spark://...` runs it against a cluster already running): there run_in_spark ships
+The job runs against --master (local mode, or `spark://...` of a cluster already running), then on a standalone
+cluster of --cluster one-core workers started on 127.0.0.1 (benchmarks.spark_cluster). On a cluster run_in_spark ships
 the bento as it would to other machines (BentoML's `_distribute_bento`: the xz export, added to SparkFiles; each
-executor imports it into its worker's own bento store), and the line gives that export's time, measured apart
-before the job, beside the job's.
+executor imports it into its worker's own bento store); that export is also timed apart, before the job. Each answer
+is checked (every protein once, in id order): a miss exits 1, after benchmarks/results/spark.json is written.
 
 run_in_spark never stops the servers it starts, and they outlive Spark's Python workers: every process the job
 started carries this run's marker in its environment (MARKER_VARIABLE), and `stop_job_processes` stops each of them by
@@ -41,12 +42,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from benchmarks import record
 from benchmarks.processes import terminate
 from benchmarks.spark_cluster import StandaloneCluster
 from benchmarks.workload import protein
@@ -348,58 +350,121 @@ def write_proteins(path: Path, count: int, seed: int = SEED) -> list[str]:
     return sequences
 
 
-def cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
+@dataclass(frozen=True)
+class ModeRun:
+    """The job in one place: local mode, or the cluster."""
+
+    where: str
+    seconds: float
+    sequences_per_s: float
+    job_process_s: float
+    processes_left: int
+    """Processes the job left running (run_in_spark's servers), stopped by PID after it."""
+    shipping: dict[str, float] | None
+    """The bento's xz export, timed apart: seconds, MB as xz, MB of the bento; None in local mode."""
+    complete_in_order: bool
+    """The answer holds every protein once, in id order, each with an embedding of the model's width."""
+
+
+def answer_is_complete(path: Path, count: int) -> bool:
+    import pyarrow.parquet
+
+    table = pyarrow.parquet.read_table(path).to_pydict()
+    widths = {len(embedding) for embedding in table["embedding"]}
+    return table["id"] == [f"p{row:06d}" for row in range(count)] and len(widths) == 1 and widths != {0}
+
+
+def run_mode(workdir: Path, tag: str, count: int, partitions: int, records_per_batch: int, workers: int, master: str,
+             ship_bento: bool) -> ModeRun:  # fmt: skip
+    """The job against `master`, or with `workers` on a standalone cluster started here for it."""
+    folder = Path(tempfile.mkdtemp(prefix="mode-", dir=workdir))
+    shipping = None
+    if workers or not master.startswith("local") or ship_bento:
+        seconds, archive, size = time_the_export(workdir / "bentoml-home", tag, folder)
+        shipping = {"export_s": round(seconds, 1), "archive_mb": round(archive / 1e6, 1), "bento_mb": round(size / 1e6, 1)}
+    cluster = StandaloneCluster(folder / "cluster", workers=workers) if workers else None
+    with cluster or contextlib.nullcontext():
+        where = cluster.master_url if cluster else master
+        run = run_job(
+            workdir / "bentoml-home", tag, workdir / "proteins.parquet", folder / "embeddings.parquet", folder,
+            partitions, where, records_per_batch, ship_bento,
+        )  # fmt: skip
+    return ModeRun(
+        f"a standalone cluster of {workers} one-core workers" if workers else master, round(run.seconds, 1),
+        round(count / run.seconds, 2), round(run.wall_s, 1), len(run.stopped), shipping,
+        answer_is_complete(folder / "embeddings.parquet", count),
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=2)
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--master", default="local[2]", help="local[N], or spark://HOST:PORT of a cluster running")
-    where.add_argument("--cluster", type=int, metavar="WORKERS", help="start a standalone cluster of WORKERS here")
+    parser.add_argument("--master", default="local[2]", help="local[N], or spark://HOST:PORT of a cluster running")
+    parser.add_argument("--cluster", type=int, default=2, metavar="WORKERS", help="then a cluster of WORKERS here (0: none)")
     parser.add_argument(
         "--records-per-batch", type=int, default=RECORDS_PER_BATCH, help="spark.sql.execution.arrow.maxRecordsPerBatch"
     )
     parser.add_argument("--ship-bento", action="store_true", help="in local mode, export the bento (xz) all the same")
     parser.add_argument("--whole-bento", action="store_true", help="build_bento.py's whole cpu bento: every model")
+    parser.add_argument("--json", type=Path, help="where the raw results go (default: benchmarks/results/spark.json)")
+    parser.add_argument("--render", type=Path, help="write this JSON's markdown into --doc, and nothing else")
+    parser.add_argument("--doc", type=Path, help="the markdown file --render writes into (default: docs/benchmarks-<cpu>.md)")
     args = parser.parse_args(argv)
+    if args.render:
+        doc = args.doc or ROOT / "docs" / f"benchmarks-{record.cpu_slug(json.loads(args.render.read_text())['cpu'])}.md"
+        return record.render_into_doc(args.render, doc, render)
+    measured_at = record.commit()
     options = ("--target", "cpu") if args.whole_bento else BENTO_OPTIONS
-    exported = None
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as folder:
         workdir = Path(folder)
         tag = build_bento(workdir / "bentoml-home", options)
         sequences = write_proteins(workdir / "proteins.parquet", args.sequences)
-        shipping = args.cluster or not args.master.startswith("local") or args.ship_bento
-        if shipping:
-            (workdir / "export").mkdir()
-            exported = time_the_export(workdir / "bentoml-home", tag, workdir / "export")
-        cluster = StandaloneCluster(workdir / "cluster", workers=args.cluster) if args.cluster else None
-        with cluster or contextlib.nullcontext():
-            master = cluster.master_url if cluster else args.master
-            run = run_job(
-                workdir / "bentoml-home", tag, workdir / "proteins.parquet", workdir / "embeddings.parquet", workdir,
-                args.partitions, master, args.records_per_batch, args.ship_bento,
-            )  # fmt: skip
-    residues = sum(map(len, sequences))
-    where = f"a standalone cluster of {args.cluster} one-core workers" if cluster else master
-    if exported:
-        seconds, archive, size = exported
+        modes = [(0, args.master), *([(args.cluster, "")] if args.cluster else [])]
+        runs = [
+            run_mode(workdir, tag, len(sequences), args.partitions, args.records_per_batch, workers, master, args.ship_bento)
+            for workers, master in modes
+        ]
+    for run in runs:
+        print(f"spark: {run.where}: {run.seconds:.1f} s, {run.sequences_per_s:.1f} sequences/s, shipping {run.shipping}")
+    targets = {
+        f"{run.where}: every protein once, in id order": {"value": run.complete_in_order, "target": "complete", "met": run.complete_in_order}
+        for run in runs
+    }  # fmt: skip
+    result = {
+        **record.header("spark-throughput", argv if argv is not None else sys.argv[1:], measured_at),
+        "sequences": len(sequences), "residues": sum(map(len, sequences)), "partitions": args.partitions,
+        "records_per_batch": args.records_per_batch, "runs": [asdict(run) for run in runs], "targets": targets,
+    }  # fmt: skip
+    destination = args.json or ROOT / "benchmarks" / "results" / "spark.json"
+    record.write(result, destination)
+    print(render(result))
+    return record.exit_status(targets)
+
+
+def render(run: dict[str, Any]) -> str:
+    """The run's markdown, between its markers in docs/benchmarks-<cpu>.md (`--render FILE`)."""
+    lines = [
+        "<!-- spark: begin -->",
+        f"{run['sequences']:,} proteins of the bench's workload ({run['residues']:,} residues), {run['partitions']} "
+        f"partitions, Arrow batches of {run['records_per_batch']}; {run['cpu']} ({run['cores']} cores), {run['date']}, "
+        f"commit {run['commit']}: `{run['command']}`. Job: run_in_spark to the collected answer, start-up included.",
+        "",
+        "| where | job | sequences/s | the bento's xz export, timed apart | complete, in order |",
+        "|---|---:|---:|---|---|",
+    ]
+    for mode in run["runs"]:
+        shipping = mode["shipping"]
         shipped = (
-            f"its xz export of the bento included ({size / 1e6:.0f} MB, {archive / 1e6:.0f} MB as xz, "
-            f"{seconds:.1f} s apart)"
+            f"{shipping['export_s']} s ({shipping['bento_mb']} MB bento, {shipping['archive_mb']} MB as xz)" if shipping
+            else "none (local mode reads the driver's store)"
+        )  # fmt: skip
+        lines.append(
+            f"| {mode['where']} | {mode['seconds']} s | {mode['sequences_per_s']} | {shipped} | "
+            f"{'yes' if mode['complete_in_order'] else '**no**'} |"
         )
-    else:
-        shipped = "no export of the bento (local mode)"
-    print(
-        f"spark: run_in_spark ({where}, {args.partitions} partitions, esm2nv) embedded {len(sequences):,} "
-        f"proteins ({residues:,} residues) in {run.seconds:.1f} s: {len(sequences) / run.seconds:.1f} sequences/s, "
-        f"{args.partitions} bento servers' start-up and {shipped} (job process {run.wall_s:.0f} s; "
-        f"{len(run.stopped)} processes it left, stopped); {cpu_model()}, {os.cpu_count()} CPUs"
-    )
-    return 0
+    lines.append("<!-- spark: end -->")
+    return "\n".join(lines)
 
 
 def job_main(argv: Sequence[str]) -> int:
