@@ -434,17 +434,13 @@ def render(run: dict) -> str:
         if not name.startswith("sweep-"):
             kinds.setdefault(name.rsplit(" #", 1)[0], []).append(step)
     for name, rounds in kinds.items():
-        statuses: dict[str, int] = {}
-        for step in rounds:
-            for status, count in step["statuses"].items():
-                statuses[status] = statuses.get(status, 0) + count
-        refused = statuses.get("429", 0) + statuses.get("503", 0)
-
         def spread(key: str, digits: int) -> str:
             values = [step[key] for step in rounds if step.get(key) is not None]
             return "" if not values else Spread.of(values).shown(digits).replace(" (1 run)", "")
 
         together = pooled([Step(**run["samples"][key]) for key in run["samples"] if key.rsplit(" #", 1)[0] == name]).summary()
+        statuses = together["statuses"]
+        refused = statuses.get("429", 0) + statuses.get("503", 0)
         lines.append(
             f"| {name} | {rounds[0]['clients']} | {spread('goodput_tokens_per_s', 0)} | {statuses.get('200', 0)} | "
             f"{refused} | {statuses.get('504', 0)} | {_seconds(together['answered_p99_s'])} | "
