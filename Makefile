@@ -202,7 +202,8 @@ train-megamolbart: $(INSTALLED)
 
 # How cost grows with the model and the protein: /embed tokens/s and a scan's time, esm2nv served at 8M (the
 # defaults) and at each size `make bench MODEL_SIZE=...` has exported, for proteins of 100, 300 and 1,000 residues,
-# each load BENCH_GROWTH_SECONDS long (benchmarks/growth.py).
+# each load BENCH_GROWTH_SECONDS long; no 504 and every scan answered or refused at once, else exit 1
+# (benchmarks/growth.py, its JSON in benchmarks/results/growth.json).
 BENCH_GROWTH_SECONDS ?= 20
 
 bench-growth: install models $(BENCH_READY)

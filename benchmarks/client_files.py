@@ -2,6 +2,7 @@
 file of a million proteins against one of ten thousand (issue 39, item 4).
 
     python -m benchmarks.client_files [--sequences 10000] [--million 1000000] [--million-seconds 600]
+    python -m benchmarks.client_files --render benchmarks/results/client-files.json [--doc docs/benchmarks-<cpu>.md]
 
 Starts the service (esm2nv alone, the default repository) on a free loopback port and writes a FASTA of
 --sequences proteins (random residues, 50 to 150 long). Then, in turn:
@@ -11,7 +12,9 @@ Starts the service (esm2nv alone, the default repository) on a free loopback por
    over its whole run, start-up included, and its peak RSS (the kernel's high-water mark);
 3. the CLI on a FASTA of --million proteins for --million-seconds, then stopped: its peak RSS over that time, which
    must stay under 300 MB and within 10 % of the ten-thousand run's.
-Prints the CPU (/proc/cpuinfo model name) and the figures; exit 1 when a target is missed. Stops what it started.
+Writes the figures and the machine to benchmarks/results/client-files.json and prints their markdown (--render writes
+a JSON's between its markers in the CPU's page); exit 1 when a target is missed, after the JSON. Stops what it
+started.
 """
 
 from __future__ import annotations
@@ -30,17 +33,20 @@ from pathlib import Path
 import numpy as np
 import requests
 
+from benchmarks import record
 from benchmarks.processes import ROOT, Server, start, stop
-from bionemo_serving.runtimes.choice import cpu_model
+from benchmarks.record import Target
 
 CLIENT = ROOT / ".venv-client" / "bin" / "bionemo-client"
 SATURATION_THREADS = 8
 REQUEST_SEQUENCES = 64
 SHORTEST, LONGEST = 50, 150
 RESIDUES = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY", np.uint8)
-RSS_LIMIT_MB = 300
-RSS_GROWTH = 0.10
-THROUGHPUT_TARGET = 0.9
+TARGETS = {
+    "CLI throughput / the service's saturation": Target(">=", 0.9),
+    "peak RSS on the large file (MB)": Target("<=", 300),
+    "peak RSS change, large file against small (either way)": Target("<=", 0.10),
+}
 
 
 def write_fasta(path: Path, count: int, seed: int = 0) -> list[str]:
@@ -106,9 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--million", type=int, default=1_000_000, help="proteins in the large file")
     parser.add_argument("--million-seconds", type=float, default=600.0, help="how long the large file runs")
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
+    parser.add_argument("--json", type=Path, help="where the figures go (default: benchmarks/results/client-files.json)")
+    record.add_render_options(parser)
     args = parser.parse_args(argv)
+    if args.render:
+        return record.render_into_cpu_page(args.render, args.doc, render)
     if not CLIENT.is_file():
         raise SystemExit(f"{CLIENT} is missing: `make test-client` creates the client's environment")
+    measured_at = record.commit()
     server = Server(
         "service",
         lambda port: [sys.executable, "-m", "bionemo_serving.startup.launch", "service:svc"],
@@ -116,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         lambda port: {"BIONEMO_MODEL_REPOSITORY": str(args.repository), "BIONEMO_MODELS": "esm2nv",
                       "BIONEMO_PORT": str(port)},  # fmt: skip
     )
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores); esm2nv from {args.repository}; proteins of {SHORTEST}-{LONGEST}")
     with tempfile.TemporaryDirectory(prefix="client-files-") as folder:
         work = Path(folder)
         sequences = write_fasta(work / "small.fasta", args.sequences)
@@ -124,22 +134,53 @@ def main(argv: list[str] | None = None) -> int:
         try:
             saturation(running.url, sequences[:256])  # warm
             served = saturation(running.url, sequences)
-            print(f"service saturation, /embed x {SATURATION_THREADS} in flight: {served:,.1f} sequences/s")
-            wall, small_peak = run_cli(running.url, work / "small.fasta", work / "small.parquet", None)
-            through = args.sequences / wall
-            print(f"CLI on {args.sequences:,} proteins: {wall:.1f} s, {through:,.1f} sequences/s = "
-                  f"{through / served:.2f}x saturation (target {THROUGHPUT_TARGET}x); peak RSS {small_peak:.1f} MB")  # fmt: skip
+            small_s, small_peak = run_cli(running.url, work / "small.fasta", work / "small.parquet", None)
             write_fasta(work / "large.fasta", args.million, seed=1)
-            print(f"wrote {args.million:,} proteins ({(work / 'large.fasta').stat().st_size / 1e6:,.0f} MB)")
-            wall, large_peak = run_cli(running.url, work / "large.fasta", work / "large.parquet", args.million_seconds)
-            growth = large_peak / small_peak - 1
-            print(f"CLI on {args.million:,} proteins, first {wall:.0f} s: peak RSS {large_peak:.1f} MB "
-                  f"(limit {RSS_LIMIT_MB} MB), {growth:+.1%} against {args.sequences:,} (limit +-{RSS_GROWTH:.0%})")  # fmt: skip
+            large_mb = (work / "large.fasta").stat().st_size / 1e6
+            large_s, large_peak = run_cli(running.url, work / "large.fasta", work / "large.parquet", args.million_seconds)
         finally:
             stop(running)
-    met = through / served >= THROUGHPUT_TARGET and large_peak < RSS_LIMIT_MB and abs(growth) <= RSS_GROWTH
-    print("targets: met" if met else "targets: NOT met")
-    return 0 if met else 1
+    figures = {
+        "saturation_sequences_per_s": round(served, 1), "cli_seconds": round(small_s, 1),
+        "cli_sequences_per_s": round(args.sequences / small_s, 1), "small_peak_rss_mb": round(small_peak, 1),
+        "large_file_mb": round(large_mb), "large_seconds": round(large_s), "large_peak_rss_mb": round(large_peak, 1),
+    }  # fmt: skip
+    targets = record.checked(TARGETS, {
+        "CLI throughput / the service's saturation": args.sequences / small_s / served,
+        "peak RSS on the large file (MB)": large_peak,
+        "peak RSS change, large file against small (either way)": abs(large_peak / small_peak - 1),
+    })  # fmt: skip
+    run = {
+        **record.header("client-files", argv if argv is not None else sys.argv[1:], measured_at),
+        "sequences": args.sequences, "million": args.million, "lengths": [SHORTEST, LONGEST], **figures, "targets": targets,
+    }  # fmt: skip
+    return record.finish(run, args.json or ROOT / "benchmarks" / "results" / "client-files.json", render)
+
+
+def render(run: dict) -> str:
+    """The run's markdown, between its markers in docs/benchmarks-<cpu>.md (`--render FILE`)."""
+    lines = [
+        "<!-- client files: begin -->",
+        f"`bionemo-client embed` (its defaults) against esm2nv served alone, proteins of random residues "
+        f"{run['lengths'][0]} to {run['lengths'][1]} long; {run['cpu']} ({run['cores']} cores), {run['date']}, commit "
+        f"{run['commit']}: `{run['command']}`.",
+        "",
+        "| | figure |",
+        "|---|---:|",
+        f"| the service's saturation: the {run['sequences']:,} proteins straight to `/embed`, {REQUEST_SEQUENCES} a "
+        f"request, {SATURATION_THREADS} in flight | {run['saturation_sequences_per_s']} sequences/s |",
+        f"| the CLI on the same FASTA, start-up to the finished Parquet file | {run['cli_seconds']} s, "
+        f"{run['cli_sequences_per_s']} sequences/s |",
+        f"| its peak RSS | {run['small_peak_rss_mb']} MB |",
+        f"| on a {run['million']:,}-protein FASTA ({run['large_file_mb']} MB), the first {run['large_seconds']} s: peak "
+        f"RSS | {run['large_peak_rss_mb']} MB |",
+        "",
+        "| target | value | wanted | |",
+        "|---|---|---|---|",
+        *(f"| {name} | {target['value']} | {target['target']} | {record.met_cell(target)} |" for name, target in run["targets"].items()),
+        "<!-- client files: end -->",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -371,12 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proteins", type=int, default=PROTEINS, help=f"proteins of {RESIDUES} residues a request")
     parser.add_argument("--client-file", type=int, default=0, help="proteins of the CLI's FASTA under 4x (0: none)")
     parser.add_argument("--json", type=Path, help="where the raw results go (default: benchmarks/results/)")
-    parser.add_argument("--render", type=Path, help="write this JSON's markdown into --doc, and nothing else")
-    parser.add_argument("--doc", type=Path, help="the markdown file --render writes into (default: docs/benchmarks-<cpu>.md)")
+    record.add_render_options(parser)
     args = parser.parse_args(argv)
     if args.render:
-        doc = args.doc or ROOT / "docs" / f"benchmarks-{record.cpu_slug(json.loads(args.render.read_text())['cpu'])}.md"
-        return record.render_into_doc(args.render, doc, render)
+        return record.render_into_cpu_page(args.render, args.doc, render)
     measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     running = start(service(args.repository.resolve()), timeout=1800)
     client_file = None
@@ -401,10 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / f"overload-{args.label}.json"
-    record.write(run, destination)
-    print(render(run))
-    print(f"wrote {destination}")
-    return record.exit_status(targets)
+    return record.finish(run, destination, render)
 
 
 def _seconds(value: float | None) -> str:

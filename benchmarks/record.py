@@ -3,6 +3,7 @@ so that no two benchmarks describe the machine, the code or a miss differently (
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -130,10 +131,14 @@ def met_cell(target: Mapping[str, Any]) -> str:
 
 
 def write_section(doc: Path, text: str) -> None:
-    """`text`, whose first and last lines are its markers, in place of what those markers of `doc` held."""
+    """`text`, whose first and last lines are its markers, in place of what those markers of `doc` held; at its end
+    where it has none (a CPU's page before this benchmark first ran on it), or as the page where there is none."""
     lines = text.splitlines()
     begin, end = lines[0], lines[-1]
-    before = doc.read_text()
+    before = doc.read_text() if doc.is_file() else ""
+    if begin not in before:
+        doc.write_text(f"{before.rstrip()}\n\n{text}\n" if before else f"{text}\n")
+        return
     doc.write_text(before[: before.index(begin)] + text + before[before.index(end) + len(end) :])
 
 
@@ -144,3 +149,23 @@ def render_into_doc(run_json: Path, doc: Path, render: Callable[[dict[str, Any]]
     write_section(doc, text)
     print(text)
     return 0
+
+
+def add_render_options(parser: argparse.ArgumentParser) -> None:
+    """--render and --doc: a run's markdown written into a page, instead of a run."""
+    parser.add_argument("--render", type=Path, help="write this JSON's markdown into --doc, and nothing else")
+    parser.add_argument("--doc", type=Path, help="the markdown file --render writes into (default: docs/benchmarks-<cpu>.md)")
+
+
+def render_into_cpu_page(run_json: Path, doc: Path | None, render: Callable[[dict[str, Any]], str]) -> int:
+    """`--render`: into `doc`, or the page of the CPU that measured the run."""
+    page = doc or ROOT / "docs" / f"benchmarks-{cpu_slug(json.loads(run_json.read_text())['cpu'])}.md"
+    return render_into_doc(run_json, page, render)
+
+
+def finish(run: Mapping[str, Any], destination: Path, render: Callable[[dict[str, Any]], str]) -> int:
+    """A run's end: its record written, its markdown printed, the exit status of its targets."""
+    write(run, destination)
+    print(render(dict(run)))
+    print(f"wrote {destination}")
+    return exit_status(run["targets"])

@@ -408,12 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ship-bento", action="store_true", help="in local mode, export the bento (xz) all the same")
     parser.add_argument("--whole-bento", action="store_true", help="build_bento.py's whole cpu bento: every model")
     parser.add_argument("--json", type=Path, help="where the raw results go (default: benchmarks/results/spark.json)")
-    parser.add_argument("--render", type=Path, help="write this JSON's markdown into --doc, and nothing else")
-    parser.add_argument("--doc", type=Path, help="the markdown file --render writes into (default: docs/benchmarks-<cpu>.md)")
+    record.add_render_options(parser)
     args = parser.parse_args(argv)
     if args.render:
-        doc = args.doc or ROOT / "docs" / f"benchmarks-{record.cpu_slug(json.loads(args.render.read_text())['cpu'])}.md"
-        return record.render_into_doc(args.render, doc, render)
+        return record.render_into_cpu_page(args.render, args.doc, render)
     measured_at = record.commit()
     options = ("--target", "cpu") if args.whole_bento else BENTO_OPTIONS
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as folder:
@@ -437,9 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "records_per_batch": args.records_per_batch, "runs": [asdict(run) for run in runs], "targets": targets,
     }  # fmt: skip
     destination = args.json or ROOT / "benchmarks" / "results" / "spark.json"
-    record.write(result, destination)
-    print(render(result))
-    return record.exit_status(targets)
+    return record.finish(result, destination, render)
 
 
 def render(run: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""The fields every benchmark record opens with, and the target checks every benchmark exits by."""
+"""The fields every benchmark record opens with, the target checks every benchmark exits by, and its section of a
+page."""
 
 from __future__ import annotations
 
@@ -70,3 +71,13 @@ def test_the_exit_status_is_1_on_a_miss_and_names_it(capsys: pytest.CaptureFixtu
 def test_a_record_is_written_as_json(tmp_path: Path) -> None:
     destination = record.write({"benchmark": "run", "samples": [1.5, 2.5]}, tmp_path / "results" / "bench.json")
     assert json.loads(destination.read_text()) == {"benchmark": "run", "samples": [1.5, 2.5]}
+
+
+def test_a_page_without_the_markers_gets_the_section_at_its_end(tmp_path: Path) -> None:
+    doc = tmp_path / "page.md"
+    record.write_section(doc, "<!-- x: begin -->\nfirst\n<!-- x: end -->")
+    assert doc.read_text() == "<!-- x: begin -->\nfirst\n<!-- x: end -->\n"
+    doc.write_text("# Page\n")
+    record.write_section(doc, "<!-- x: begin -->\nnew\n<!-- x: end -->")
+    record.write_section(doc, "<!-- x: begin -->\nnewer\n<!-- x: end -->")
+    assert doc.read_text() == "# Page\n\n<!-- x: begin -->\nnewer\n<!-- x: end -->\n"
