@@ -1,8 +1,9 @@
 """The suite's layers, one folder each, marked by their folder: unit/ (the engine, validation and tools, with a fake
-runner and tiny exports; a test that exports carries the e2e mark itself), e2e/ (the real stack) and container/ (the
-image). And its shared fixtures: the real stack (`bentoml serve` with the real tritonserver behind it), the tiny models
-the exporter's and the runtimes' tests export once, and what more than one test module asks of the stack. What they
-are built from lives in tests/support/."""
+runner and tiny checkpoints; no test there exports a model, starts a server or carries the e2e mark), e2e/ (the real
+stack, and whatever exports a model or reads the default export) and container/ (the image). And its shared fixtures:
+the real stack (`bentoml serve` with the real tritonserver behind it), the tiny models the exporter's and the runtimes'
+tests export once, and what more than one test module asks of the stack. What they are built from lives in
+tests/support/."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ MISSING = (
 ONNX_RUNNERS = ("OnnxCPU", "OnnxCUDA", "OnnxTensorRT")
 """The runners Navigator checks and profiles, of which it keeps those of the target's device: the ONNX file is all the
 export takes, and its default runners add torch's own, torch.compile among them, whose compilation took 68 s of a
-cold machine's 128 s for two tiny graphs (tests/unit/test_exporter_cli.py, AMD EPYC, 2026-11-27)."""
+cold machine's 128 s for two tiny graphs (tests/e2e/test_exporter_cli_e2e.py, AMD EPYC, 2026-11-27)."""
 
 
 def navigator_version() -> str:

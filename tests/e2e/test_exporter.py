@@ -138,7 +138,7 @@ def test_every_architecture_exports_within_tolerance(name: str, tiny_models: Tin
 @pytest.mark.e2e
 def test_export_writes_a_verified_version(tiny_models: TinyModels) -> None:
     """Every runtime's file and the backend in the version's folder, the config beside them (other versions than 1:
-    test_exporter_cli.py's --version)."""
+    test_exporter_cli_e2e.py's --version)."""
     exported = tiny_models.export("esm2nv")
     assert exported.report.graphs[0].parity.max_abs_diff < 1e-4
     written = {path.name for path in (exported.repository / "esm2nv" / "1").iterdir()}

@@ -33,6 +33,10 @@ def tiny(name: str, **changes: Any) -> ModelDescription:
     return replace(MODELS[name], default_checkpoint_config=TINY_SIZES[name], **changes)
 
 
+TINY_ESM2 = tiny("esm2nv")
+"""The tiny esm2nv: what the exporter's command-line tests, in unit/ and e2e/, hand to export_model."""
+
+
 def write_tiny_checkpoint(name: str, folder: Path, seed: int = SEED) -> Path:
     """A randomly initialised tiny checkpoint of `name` in `folder`, as `make models` writes the default ones."""
     create_default_checkpoint(tiny(name), folder, seed=seed)

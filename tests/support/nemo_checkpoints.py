@@ -3,7 +3,8 @@ as NeMo's save_to writes it (for the encoder-decoders' too, support/nemo_encoder
 
 The Megatron state dict is built by hand (the inverse of bionemo_serving/exporter/nemo/esm.py's table, with query_key_value packed
 head by head as Megatron does, the masked-LM head as BioNeMo's HF -> .nemo converter writes it), so that a mistake in
-the tables cannot cancel itself out.
+the tables cannot cancel itself out. What the source model answers, to hold a loaded or exported language-model graph
+to: `masked_batch`, `source_log_probs` (for tests/unit/test_nemo_checkpoints.py and its e2e/ counterpart).
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import torch
 import yaml
 from transformers import EsmConfig, EsmForMaskedLM
 
-from bionemo_serving.exporter.graph_inputs import encoder_inputs
+from bionemo_serving.exporter.graph_inputs import GraphInputs, encoder_inputs, language_model_inputs
 from bionemo_serving.model_catalog import ModelDescription
 from bionemo_serving.preprocessing.vocabularies import ESM_ALPHABET
+from support.reference import AMINO_ACIDS
 
 ARTIFACT_HEX = "0b5c1a6f2d3e4f5a6b7c8d9e0f1a2b3c"
 """NeMo names the files it packs `<uuid4 hex>_<file name>` and model_config.yaml refers to them as `nemo:<that>`."""
+VOCABULARY_MEMBER = f"{ARTIFACT_HEX}_protein_sequence_sentencepiece.vocab"
+"""The sentencepiece vocabulary an ESM-1nv archive packs, as its model_config.yaml's tokenizer names it."""
 
 HIDDEN, LAYERS, HEADS, FFN = 32, 2, 4, 64
 PAD_ID = ESM_ALPHABET.index("<pad>")
@@ -155,3 +159,28 @@ def hidden_states(encoder: torch.nn.Module, description: ModelDescription) -> tu
         states, _ = encoder(**{name: torch.from_numpy(array) for name, array in batch.feeds.items()})
     real = batch.compared["hidden_states"]
     return states.numpy()[real], real
+
+
+def log_probs(logits: torch.Tensor) -> np.ndarray:
+    """transformers' masked-LM logits as the language-model graph answers: log-softmax, at the 20 amino acids."""
+    columns = [ESM_ALPHABET.index(residue) for residue in AMINO_ACIDS]
+    return torch.log_softmax(logits, dim=-1)[..., columns].numpy()
+
+
+def masked_batch(description: ModelDescription) -> GraphInputs:
+    """A padded batch of mixed lengths, its first row without <mask>, the others with more and more; every row asks
+    for the log-probabilities of every token, compared at its real ones."""
+    feeds = language_model_inputs(description, [1, 7, 40, 250], np.random.default_rng(4)).feeds
+    every = np.broadcast_to(np.arange(feeds["input_ids"].shape[1]), feeds["input_ids"].shape).copy()
+    return GraphInputs(feeds | {"positions": every}, {"log_probs": feeds["attention_mask"].astype(bool)})
+
+
+def tensors(batch: GraphInputs) -> dict[str, torch.Tensor]:
+    return {name: torch.from_numpy(array) for name, array in batch.feeds.items()}
+
+
+def source_log_probs(original: EsmForMaskedLM, batch: GraphInputs) -> np.ndarray:
+    """transformers' answer at every token (the batch asks for every one)."""
+    with torch.inference_mode():
+        feeds = tensors(batch)
+        return log_probs(original(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).logits)

@@ -17,6 +17,7 @@ HIDDEN, LAYERS, HEADS, FFN = 32, 2, 4, 64
 POSITIONS = 512  # BioNeMo's seq_length, for MegaMolBART and ProtT5nv (511 residues and </s>)
 MODULE, STACKS = "enc_dec_model.", "enc_dec_model.enc_dec_model."
 MEGAMOLBART_VOCABULARY = f"{ARTIFACT_HEX}_megamolbart.vocab"
+PROTT5_VOCABULARY = f"{ARTIFACT_HEX}_protein_sequence_sentencepiece.vocab"
 Weights = dict[str, torch.Tensor]
 
 # The fields of one half (NeMo's megatron_t5_config.yaml and BioNeMo's MegaMolBART/ProtT5nv configs).

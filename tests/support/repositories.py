@@ -1,12 +1,16 @@
 """Model repositories a test serves or times instead of the default one: some of an exported repository's models,
 linked (read-only, nothing written into them) or copied (a start or a choice may write beside them), and some broken,
-copies whose every graph file is garbage, so that no runtime can open them."""
+copies whose every graph file is garbage, so that no runtime can open them. And the runtime a model's config records
+(`runtime_named`), for the tests of the folder each start serves."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from support.paths import DEFAULT_REPOSITORY
 
@@ -41,3 +45,9 @@ def build_repository(
             if graph_file.suffix in GRAPH_SUFFIXES:
                 graph_file.write_bytes(NOT_A_MODEL)
     return folder
+
+
+def runtime_named(config_path: Path) -> str:
+    """The runtime a model's config.pbtxt records (the `runtime` parameter a start's choice writes; empty if none)."""
+    config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
+    return config.parameters["runtime"].string_value

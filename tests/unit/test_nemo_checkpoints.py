@@ -1,5 +1,6 @@
 """BioNeMo `.nemo` checkpoints: written in Megatron's layout from a small HF model (support/nemo_checkpoints.py, by
-hand, so that a mistake in bionemo_serving/exporter/nemo/esm.py's tables cannot cancel itself out), loaded and exported.
+hand, so that a mistake in bionemo_serving/exporter/nemo/esm.py's tables cannot cancel itself out), loaded. Their export
+is tests/e2e/test_nemo_checkpoints_e2e.py's.
 """
 
 from __future__ import annotations
@@ -8,102 +9,40 @@ import re
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import pytest
 import torch
-from transformers import EsmForMaskedLM
 from transformers.models.esm import modeling_esm
 
-from bionemo_serving.exporter import export_model
 from bionemo_serving.exporter.architectures import load_for_export
 from bionemo_serving.exporter.errors import CheckpointError
 from bionemo_serving.exporter.exportable import EncoderGraph
-from bionemo_serving.exporter.graph_inputs import GraphInputs, language_model_inputs
-from bionemo_serving.exporter.pipeline import ExportReport
-from bionemo_serving.model_catalog import MODELS, GraphRole, ModelDescription
+from bionemo_serving.exporter.graph_inputs import GraphInputs
+from bionemo_serving.model_catalog import MODELS, GraphRole
 from bionemo_serving.preprocessing.vocabularies import ESM_ALPHABET
 from support.nemo_checkpoints import (
-    ARTIFACT_HEX,
     FFN,
     HIDDEN,
     LM,
     PADDED_VOCABULARY,
+    VOCABULARY_MEMBER,
     hf_model,
     hidden_states,
+    log_probs,
+    masked_batch,
     megatron_config,
     megatron_state_dict,
     sentencepiece_vocabulary,
+    source_log_probs,
+    tensors,
     tokenizer_config,
     write_nemo,
 )
-from support.reference import AMINO_ACIDS
-
-VOCABULARY_MEMBER = f"{ARTIFACT_HEX}_protein_sequence_sentencepiece.vocab"
-
-
-def log_probs(logits: torch.Tensor) -> np.ndarray:
-    """transformers' masked-LM logits as the language-model graph answers: log-softmax, at the 20 amino acids."""
-    columns = [ESM_ALPHABET.index(residue) for residue in AMINO_ACIDS]
-    return torch.log_softmax(logits, dim=-1)[..., columns].numpy()
-
-
-def masked_batch(description: ModelDescription) -> GraphInputs:
-    """A padded batch of mixed lengths, its first row without <mask>, the others with more and more; every row asks
-    for the log-probabilities of every token, compared at its real ones."""
-    feeds = language_model_inputs(description, [1, 7, 40, 250], np.random.default_rng(4)).feeds
-    every = np.broadcast_to(np.arange(feeds["input_ids"].shape[1]), feeds["input_ids"].shape).copy()
-    return GraphInputs(feeds | {"positions": every}, {"log_probs": feeds["attention_mask"].astype(bool)})
-
-
-def tensors(batch: GraphInputs) -> dict[str, torch.Tensor]:
-    return {name: torch.from_numpy(array) for name, array in batch.feeds.items()}
-
-
-def source_log_probs(original: EsmForMaskedLM, batch: GraphInputs) -> np.ndarray:
-    """transformers' answer at every token (the batch asks for every one)."""
-    with torch.inference_mode():
-        feeds = tensors(batch)
-        return log_probs(original(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).logits)
 
 
 def loaded_log_probs(graphs: dict[GraphRole, torch.nn.Module], batch: GraphInputs) -> np.ndarray:
     """What the loaded language-model graph answers in torch."""
     with torch.inference_mode():
         return graphs[GraphRole.LANGUAGE_MODEL](**tensors(batch)).numpy()
-
-
-def exported_log_probs(report: ExportReport, batch: GraphInputs) -> np.ndarray:
-    """What onnxruntime answers with the exported language-model graph."""
-    (graph,) = (graph for graph in report.graphs if graph.triton_name == f"{report.model}_language_model")
-    session = onnxruntime.InferenceSession(str(graph.version_dir / graph.onnx_files[0]))
-    return session.run(["log_probs"], batch.feeds)[0]
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize(("name", "compression"), [("esm2nv", ""), ("esm1nv", "gz")])
-def test_nemo_checkpoint_loads_as_the_same_model_and_exports(name: str, compression: str, tmp_path: Path) -> None:
-    description = MODELS[name]
-    original = hf_model(name, seed=5)
-    # Erf GELU, as ESM-2nv trains it (bias_gelu_fusion off); the fused tanh GELU has its own test.
-    config = megatron_config(name, bias_gelu_fusion=False)
-    # ESM-2nv names a HuggingFace tokenizer and packs no file; here ESM-1nv packs ESM's alphabet, sentencepiece style.
-    artifacts = {} if name == "esm2nv" else {VOCABULARY_MEMBER: sentencepiece_vocabulary(ESM_ALPHABET)}
-    if artifacts:
-        config["tokenizer"] = tokenizer_config(VOCABULARY_MEMBER)
-    nemo = write_nemo(tmp_path / f"{name}.nemo", config, megatron_state_dict(original), compression, artifacts)
-
-    loaded = load_for_export(description, nemo).graphs[GraphRole.ENCODER]
-    expected, _ = hidden_states(EncoderGraph(original.esm), description)
-    np.testing.assert_allclose(hidden_states(loaded, description)[0], expected, rtol=0, atol=1e-5)
-
-    report = export_model(description, nemo, tmp_path / "repository", runtimes=())
-    exported = [(graph.triton_name, graph.parity.batches) for graph in report.graphs]
-    assert exported == [(name, 3), (f"{name}_language_model", 3), (f"{name}_layers", 3)]
-    assert all(graph.parity.max_abs_diff < 1e-4 for graph in report.graphs)
-    batch = masked_batch(description)
-    real = batch.compared["log_probs"]
-    expected_log_probs = source_log_probs(original, batch)[real]
-    np.testing.assert_allclose(exported_log_probs(report, batch)[real], expected_log_probs, rtol=0, atol=1e-4)
 
 
 def test_fused_bias_gelu_is_megatrons_tanh_approximation_in_the_layers_alone(
@@ -138,16 +77,6 @@ def test_an_untied_output_layer_is_not_read(tmp_path: Path) -> None:
     real = batch.compared["log_probs"]
     expected = source_log_probs(original, batch)[real]
     np.testing.assert_allclose(loaded_log_probs(loaded, batch)[real], expected, rtol=0, atol=1e-4)
-
-
-@pytest.mark.e2e
-def test_a_nemo_without_the_head_exports_no_language_model_and_says_why(tmp_path: Path) -> None:
-    original = hf_model("esm2nv", seed=10)
-    nemo = write_nemo(tmp_path / "bare.nemo", megatron_config("esm2nv"), megatron_state_dict(original, head=False))
-    report = export_model(MODELS["esm2nv"], nemo, tmp_path / "repository", runtimes=())
-    assert [graph.triton_name for graph in report.graphs] == ["esm2nv", "esm2nv_layers"]
-    why = "the checkpoint has no language-model head; esm2nv serves no logits, score"
-    assert report.left_out["esm2nv_language_model"] == why
 
 
 @pytest.fixture

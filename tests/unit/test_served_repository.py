@@ -1,6 +1,7 @@
 """Each start serves its own choice of runtimes from a folder of its own: no start, and no test, changes what the
 repository serves, nor what a running service's config says it runs (issue 37: a test's start with a forced runtime
-rewrote the config of the suite's shared service through a linked model folder)."""
+rewrote the config of the suite's shared service through a linked model folder). Here over repositories of a test's
+own; a start over the default repository is tests/e2e/test_served_repository_e2e.py's."""
 
 from __future__ import annotations
 
@@ -9,20 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
-from support.paths import DEFAULT_REPOSITORY
 from bionemo_serving.runtimes.choice import METHOD, TOKEN_BATCHES, Choice, ModelFolder, Timings
 from bionemo_serving.runtimes.engines import Arena, Runtime
 from bionemo_serving.runtimes.served_repository import PREFIX, served_repository
-from bionemo_serving.startup.launch import served_with_chosen_runtimes
-from bionemo_serving.startup.settings import Settings
-
-
-def runtime_named(config_path: Path) -> str:
-    config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
-    return config.parameters["runtime"].string_value
+from support.repositories import runtime_named
 
 
 @pytest.fixture
@@ -62,17 +54,3 @@ def test_the_folders_of_ended_starts_are_removed(repository: Path, tmp_path: Pat
     kept = served_repository(repository, {}, tmp_path)  # this process's, alive
     served_repository(repository, {}, tmp_path)
     assert not gone.exists() and kept.is_dir()
-
-
-@pytest.mark.e2e
-def test_a_start_with_a_forced_runtime_leaves_the_default_repository_as_it_was() -> None:
-    """What the launcher does before `bentoml serve`, on the repository the suite's shared service serves."""
-    configs = {path: path.read_text() for path in DEFAULT_REPOSITORY.glob("*/config.pbtxt")}
-    settings = Settings.from_environment(
-        {"BIONEMO_MODEL_REPOSITORY": str(DEFAULT_REPOSITORY), "BIONEMO_MODELS": "esm2nv", "BIONEMO_RUNTIME": "openvino"}
-    )
-    served = Path(served_with_chosen_runtimes(settings))
-    assert served.parent != DEFAULT_REPOSITORY and served.name.startswith(PREFIX)
-    assert runtime_named(served / "esm2nv" / "config.pbtxt") == Runtime.OPENVINO.value
-    assert {path: path.read_text() for path in DEFAULT_REPOSITORY.glob("*/config.pbtxt")} == configs
-    assert not any('key: "runtime"' in text for text in configs.values()), "a start wrote its choice into the repository"

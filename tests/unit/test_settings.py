@@ -20,6 +20,7 @@ from bionemo_serving.triton.options import (
     render_environment,
     split_arguments,
 )
+from support.settings import ADMIN_TOKEN
 
 
 def test_defaults_serve_every_model_on_loopback() -> None:
@@ -131,22 +132,6 @@ def test_the_models_triton_loads_are_those_the_settings_or_the_options_name(
     """What the launcher times runtimes for: Triton loads at start only what BIONEMO_MODELS or, under explicit model
     control, `load-model` names; in the other modes it loads every model and ignores `load-model`."""
     assert Settings.from_environment(environment).loaded_models() == loaded
-
-
-ADMIN_TOKEN = "0123456789abcdef" * 4
-
-
-@pytest.mark.e2e
-def test_an_admin_token_gives_triton_explicit_model_control_over_every_model() -> None:
-    """e2e: the graphs loaded with a model are those the default export holds (its heads are optional)."""
-    settings = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN})
-    assert triton_arguments(settings) == ["--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=*"]
-    chosen = Settings.from_environment({"BIONEMO_ADMIN_TOKEN": ADMIN_TOKEN, "BIONEMO_MODELS": "esm2nv"})
-    assert triton_arguments(chosen) == [
-        "--allow-metrics=false", "--exit-on-error=false", "--model-control-mode=explicit", "--load-model=esm2nv",
-        "--load-model=esm2nv_language_model", "--load-model=esm2nv_layers", "--load-model=esm2nv_contacts",
-    ]  # fmt: skip
-    assert ADMIN_TOKEN not in repr(settings)
 
 
 @pytest.mark.parametrize("token", ["too-short", ADMIN_TOKEN + " x", ADMIN_TOKEN + "\n"])
