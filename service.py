@@ -14,7 +14,7 @@ import bentoml
 import bionemo_serving.fronts.bentoml.grpc_stubs  # noqa: F401  (before any use of BentoML's gRPC stubs: the ones for protobuf 6)
 from bionemo_serving.engine.engine import Engine
 from bionemo_serving.engine.limits import RequestLimits
-from bionemo_serving.engine.scheduler import Scheduler
+from bionemo_serving.engine.scheduler import Scheduler, plan_board
 from bionemo_serving.fronts.admission import Admission
 from bionemo_serving.fronts.bentoml.endpoints import Endpoints
 from bionemo_serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
@@ -49,7 +49,9 @@ registry = ModelRegistry(triton)
 limits = RequestLimits(
     settings.max_sequences_per_request, settings.max_score_passes, settings.max_request_bytes, settings.request_timeout_s
 )
-engine = Engine(triton, registry, limits, Scheduler(settings.max_running, settings.request_timeout_s))
+# the API workers plan with each other's work in view
+scheduler = Scheduler(settings.max_running, settings.request_timeout_s, board=plan_board)
+engine = Engine(triton, registry, limits, scheduler)
 
 endpoint = Endpoints(svc, admission)
 native_api.mount(endpoint, engine, registry, settings.max_request_bytes)

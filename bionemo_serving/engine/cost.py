@@ -82,8 +82,9 @@ FACTOR_RANGE = (0.02, 50.0)
 
 class CostModel:
     """Per kind of work, the ratio of the time its requests took in this API worker to their nominal seconds: the
-    API side's tokenizing and rendering, Triton's batching across requests, the other workers' load on the same
-    tritonserver, all in one number, kept current as requests are answered."""
+    API side's tokenizing and rendering, Triton's batching across requests, all in one number, kept current as
+    requests are answered (the time a call is charged is its share of the machine: the scheduler leaves the other
+    API workers' load out, and plans with it in view)."""
 
     def __init__(self) -> None:
         self.factors: dict[str, float] = {}

@@ -22,6 +22,20 @@ it up, refused 429 (longest queue drop): a flood cannot hold a newcomer out, and
 client's call starts at once beside the running ones where a flooder holds more than its share of them, and its graph
 calls go first in Triton's queue (CallPriority). A caller whose client has gone is never started (the front cancels its task); one whose time left
 the estimates, grown since, say is too short is given up before its deadline rather than started.
+
+The API workers of one `bentoml serve` share one tritonserver and the cores. Each publishes its planned work on a
+board they share (ProcessBoard) and plans with the others' in view: a running call is charged its share of the
+machine (the time it ran, over the calls running here and the workers busy), so its cost means the same whether the
+other workers were busy or idle while it was learnt; and a planned finish is stretched by the other workers' planned
+work as processor sharing would (own work f finishes after f plus, of each other worker's planned W, min(f, W)).
+Alone, a worker's estimates swung twofold with the other's load: a queue admitted while the other was idle took twice
+its plan once it was busy, and its tail was given up at its turn.
+
+Plans still err: a sibling admits work after this one planned, the event loop answers refusals between Triton calls.
+So each waiting call answered whose plan reached near its limit teaches how late that plan was (its time from
+admission over its planned finish), and admission holds the plans of calls that would wait behind others to the
+deadline stretched by a high quantile of the recent lateness (Lateness): a call the plan would finish too late is
+refused at once, not given up after waiting most of its deadline.
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ import collections
 import contextlib
 import itertools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -40,6 +54,7 @@ from bionemo_serving.engine.caller import ANONYMOUS, CALLER, Caller
 from bionemo_serving.engine.cost import CostModel, Work
 from bionemo_serving.errors import Overloaded, OverShare
 from bionemo_serving.metrics import QUEUED
+from bionemo_serving.runtimes.engines import ProcessBoard
 
 ADMIT_MARGIN = 0.7
 """Share of the time left to a caller that its planned finish may take: estimates err, and a call admitted must be
@@ -55,6 +70,24 @@ TURN_MARGIN = 0.9
 """Share of the time left to a waiting call, when its turn comes, that its cost by the estimates then may take."""
 LEFT_FLOOR = 0.1
 """Least share of its cost a running call is counted as having left, however long it has run already."""
+LATENESS_SAMPLES = 64
+"""Waiting calls answered whose lateness counts: the last few seconds' worth under load."""
+LATENESS_QUANTILE = 0.95
+"""Of the recent lateness, what admission allows for: nearly every admitted call then finishes in time."""
+LATENESS_PLAN_SHARE = 0.5
+"""Least share of what admission allowed it (its limit over the allowance) a call's plan took for its lateness to
+count: the plans near the limit are the ones whose lateness ends in give-ups; a short plan's is noise (a call planned
+to start at once, then waiting for a sibling's), and would close admission at a load the service carries. Relative
+to the allowance, so that a high one is still corrected by the plans it admits."""
+LATENESS_RANGE = (1.0, 3.0)
+"""Bounds of the allowance: plans are never counted as early, and a few odd answers do not close admission."""
+PLAN_BOARD = "bionemo-api-plan-"
+"""The name of the API workers' board, before their parent's pid and start time."""
+
+
+def plan_board() -> ProcessBoard:
+    """This API worker's slot on the board of its siblings (the workers of one `bentoml serve`)."""
+    return ProcessBoard(PLAN_BOARD)
 
 PRIORITY: ContextVar[CallPriority] = ContextVar("bionemo_call_priority", default=CallPriority.SHARED)
 """The Triton priority of the running call's graph calls (bionemo_serving/engine/graphs.py): LONE where its client had
@@ -72,6 +105,9 @@ class _Ticket:
     """The scheduler's share clock when the call started; None while it waits."""
     expiry: asyncio.TimerHandle | None = None
     """While it waits: when it is given up, its time left too short for its work (`_expire`)."""
+    admitted_at: float = 0.0
+    planned_s: float = 0.0
+    """Its finish from admission, as planned then (without the lateness allowance), where its lateness counts."""
 
     @property
     def limit_s(self) -> float:
@@ -79,12 +115,33 @@ class _Ticket:
         return self.caller.remaining_s() * ADMIT_MARGIN
 
 
+class Lateness:
+    """How late the plans of waiting calls turn out: each answered one's time from admission over its planned finish,
+    the last LATENESS_SAMPLES of them; admission allows for their LATENESS_QUANTILE."""
+
+    def __init__(self) -> None:
+        self.samples: collections.deque[float] = collections.deque(maxlen=LATENESS_SAMPLES)
+
+    def learn(self, took_s: float, planned_s: float) -> None:
+        if planned_s > 0:
+            self.samples.append(took_s / planned_s)
+
+    @property
+    def allowance(self) -> float:
+        """The factor admission stretches plans by."""
+        if not self.samples:
+            return LATENESS_RANGE[0]
+        ordered = sorted(self.samples)
+        quantile = ordered[min(len(ordered) - 1, int(LATENESS_QUANTILE * len(ordered)))]
+        return min(max(quantile, LATENESS_RANGE[0]), LATENESS_RANGE[1])
+
+
 @dataclass(frozen=True)
 class _Place:
     index: int
     """Where in the waiting calls it goes."""
-    finish_s: float
-    """Its planned finish, from now."""
+    own_s: float
+    """This worker's planned work up to its finish, itself included (its finish: Scheduler._stretched)."""
     fair: int
     """Its fair place: before the first waiting call with a later start tag."""
 
@@ -93,11 +150,24 @@ class Scheduler:
     """One per API worker: the calls running, those waiting in the order they will start, and the cost model their
     answers keep current."""
 
-    def __init__(self, max_running: int, default_timeout_s: float, shared_run_s: float = SHARED_RUN_S) -> None:
+    def __init__(
+        self,
+        max_running: int,
+        default_timeout_s: float,
+        shared_run_s: float = SHARED_RUN_S,
+        board: Callable[[], ProcessBoard] | None = None,
+    ) -> None:
         """`max_running`: calls sent to Triton at once from this worker (BIONEMO_MAX_RUNNING); `default_timeout_s`:
-        the deadline of a call no front set one for (BIONEMO_REQUEST_TIMEOUT_S); `shared_run_s`: SHARED_RUN_S."""
+        the deadline of a call no front set one for (BIONEMO_REQUEST_TIMEOUT_S); `shared_run_s`: SHARED_RUN_S;
+        `board`: opens the board shared with the other API workers, once the first call comes (in the worker, not
+        in the process that imports the service to start them); None: this worker plans alone."""
         self.max_running, self.default_timeout_s, self.shared_run_s = max_running, default_timeout_s, shared_run_s
+        self._open_board = board
+        self._board: ProcessBoard | None = None
+        self._others: list[float] = []
+        """The other workers' planned work (seconds), as the board said at the last event."""
         self.costs = CostModel()
+        self.lateness = Lateness()
         self.running: list[_Ticket] = []
         self.waiting: list[_Ticket] = []
         """In the order they will start: the plan."""
@@ -128,11 +198,46 @@ class Scheduler:
             self._finish(ticket, learn=answered)
 
     def _now(self) -> float:
+        """The loop's time, the share clock advanced to it, and the other workers' plans read."""
         loop_time = asyncio.get_running_loop().time()
         if self._share_clock_at is not None and self.running:
-            self._share_clock += (loop_time - self._share_clock_at) / len(self.running)
+            busy_workers = 1 + len(self._others)
+            self._share_clock += (loop_time - self._share_clock_at) / (len(self.running) * busy_workers)
         self._share_clock_at = loop_time
+        if self._open_board is not None and self._board is None:
+            self._board = self._open_board()
+        if self._board is not None:
+            self._others = self._board.others()
         return loop_time
+
+    def _publish(self) -> None:
+        """Put this worker's planned work on the board, after each change of its plan."""
+        if self._board is not None:
+            self._board.publish(self._running_s() + sum(ticket.cost_s for ticket in self.waiting))
+
+    def _stretched(self, own_s: float) -> float:
+        """When this worker's planned work of `own_s` is done, the other workers' planned work sharing the machine
+        with it: each of theirs takes as much of the time as this one's, until it ends (processor sharing)."""
+        return own_s + sum(min(own_s, other_s) for other_s in self._others)
+
+    def _admitted_finish(self, own_s: float, index: int) -> float:
+        """The finish admission holds to a deadline, of a call placed at `index` of the waiting calls: the planned
+        one, with the allowance for plans' lateness where it waits behind others (at the head, it waits only for the
+        calls running: a short plan, and a lone client's call is not held out by a flooder's lateness)."""
+        return self._stretched(own_s) * (self.lateness.allowance if index else 1.0)
+
+    def _own_within(self, limit_s: float) -> float:
+        """The most planned work of this worker that admission holds to finish within `limit_s`, behind waiting
+        calls: the inverse of `_admitted_finish`."""
+        limit_s /= self.lateness.allowance
+        others = sorted(self._others)
+        done_s = 0.0  # the others' work ended before the segment considered
+        for index, other_s in enumerate(others):
+            sharing = 1 + len(others) - index
+            if other_s * sharing + done_s >= limit_s:
+                return (limit_s - done_s) / sharing
+            done_s += other_s
+        return max(0.0, limit_s - done_s)
 
     def _left_s(self, ticket: _Ticket) -> float:
         charged = self._share_clock - (ticket.charged_at or 0.0)
@@ -144,7 +249,9 @@ class Scheduler:
         it in (default: this one)."""
         waiting = self.waiting if waiting is None else waiting
         finishes = list(itertools.accumulate((ticket.cost_s for ticket in waiting), initial=self._running_s()))
-        spare = [ticket.limit_s - finish for ticket, finish in zip(waiting, finishes[1:], strict=True)]
+        spare = [
+            self._own_within(ticket.limit_s) - finish for ticket, finish in zip(waiting, finishes[1:], strict=True)
+        ]
         least_spare_behind = list(itertools.accumulate(reversed(spare), min, initial=math.inf))[::-1]
         fair = self._fair_index(start_tag, waiting)
         index = next(index for index in range(fair, len(waiting) + 1) if least_spare_behind[index] >= cost_s)
@@ -177,7 +284,8 @@ class Scheduler:
             dropped.append(victim)
             waiting = [other for other in self.waiting if other not in dropped]
             place = self._place(ticket.cost_s, ticket.start_tag, waiting)
-            if place.index == place.fair and place.finish_s + ticket.cost_s * CUT_IN_RESERVE <= ticket.limit_s:
+            reserved_s = place.own_s + ticket.cost_s * CUT_IN_RESERVE
+            if place.index == place.fair and self._admitted_finish(reserved_s, place.index) <= ticket.limit_s:
                 return dropped
         return []
 
@@ -190,12 +298,13 @@ class Scheduler:
         start_tag = max(self._virtual_time, self._finish_tags.get(caller.client, 0.0))
         ticket = _Ticket(work, caller, cost_s, start_tag)
         place = self._place(cost_s, start_tag)
-        if place.index > place.fair or place.finish_s + cost_s * CUT_IN_RESERVE > ticket.limit_s:
+        reserved_s = place.own_s + cost_s * CUT_IN_RESERVE
+        if place.index > place.fair or self._admitted_finish(reserved_s, place.index) > ticket.limit_s:
             for dropped in self._room_made(ticket):
                 self._drop(dropped)
             place = self._place(cost_s, start_tag)
         starts = (self._has_place(ticket) and not self.waiting) or self._starts_beside(ticket, place)
-        needed_s = place.finish_s + (0.0 if starts else cost_s * CUT_IN_RESERVE)
+        needed_s = self._admitted_finish(place.own_s + (0.0 if starts else cost_s * CUT_IN_RESERVE), place.index)
         if needed_s > caller.remaining_s() * ADMIT_MARGIN:
             self._refuse(caller, cost_s, needed_s, now)
         self._finish_tags[caller.client] = start_tag + cost_s
@@ -203,11 +312,14 @@ class Scheduler:
             self._start(ticket)
         else:
             loop = asyncio.get_running_loop()
+            if self._stretched(place.own_s) >= ticket.limit_s / self.lateness.allowance * LATENESS_PLAN_SHARE:
+                ticket.admitted_at, ticket.planned_s = now, self._stretched(place.own_s)
             ticket.turn = loop.create_future()
-            needs_s = cost_s * self._sharing(cost_s) / TURN_MARGIN
+            needs_s = self._stretched(cost_s * self._sharing(cost_s)) / TURN_MARGIN
             ticket.expiry = loop.call_at(caller.deadline - needs_s, self._expire, ticket)
             self.waiting.insert(place.index, ticket)
             QUEUED.inc()
+        self._publish()
         return ticket
 
     def _expire(self, ticket: _Ticket) -> None:
@@ -216,16 +328,18 @@ class Scheduler:
             self.waiting.remove(ticket)
             QUEUED.dec()
             cost_s = self.costs.seconds(ticket.work)
-            self._give_up(ticket, cost_s * self._sharing(cost_s))
+            self._give_up(ticket, self._stretched(cost_s * self._sharing(cost_s)))
+            self._publish()
 
     def _drop(self, ticket: _Ticket) -> None:
         """Refuse a waiting call of a client over its share (429), its place given to a fairer client's call."""
         self.waiting.remove(ticket)
         QUEUED.dec()
+        self._publish()
         assert ticket.turn is not None
         if ticket.expiry is not None:
             ticket.expiry.cancel()
-        retry_after_s = max(ticket.cost_s, self._running_s())
+        retry_after_s = self._stretched(max(ticket.cost_s, self._running_s()))
         ticket.turn.set_exception(
             OverShare.after(
                 retry_after_s, "request", f"your requests hold more of this service's work than other clients; a "
@@ -300,11 +414,13 @@ class Scheduler:
         self.running.append(ticket)
 
     def _finish(self, ticket: _Ticket, learn: bool) -> None:
-        self._now()
+        now = self._now()
         if ticket in self.running:
             self.running.remove(ticket)
             if learn and ticket.charged_at is not None:
                 self.costs.learn(ticket.work, self._share_clock - ticket.charged_at)
+            if learn and ticket.planned_s:
+                self.lateness.learn(now - ticket.admitted_at, ticket.planned_s)
         elif ticket in self.waiting:  # cancelled while it waited: its client has gone, or its deadline passed
             self.waiting.remove(ticket)
             QUEUED.dec()
@@ -312,6 +428,7 @@ class Scheduler:
             self._finish_tags.clear()  # idle: every client starts afresh at the virtual time
             self._next_appointment = 0.0
         self._start_waiting()
+        self._publish()
 
     def _start_waiting(self) -> None:
         """Start the waiting calls in their planned order while places are free; give up instead any whose time
@@ -320,10 +437,12 @@ class Scheduler:
             ticket = self.waiting.pop(0)
             QUEUED.dec()
             assert ticket.turn is not None
+            if ticket.turn.done():  # cancelled (its client gone), its task not yet back to take it out
+                continue
             # once started it shares the worker with those running, and lasts its cost that many times; a call
             # started short of that time would end in a 504
             cost_s = self.costs.seconds(ticket.work)
-            cost_s *= min(len(self.running) + 1, self._sharing(cost_s))
+            cost_s = self._stretched(cost_s * min(len(self.running) + 1, self._sharing(cost_s)))
             if cost_s > ticket.caller.remaining_s() * TURN_MARGIN:
                 self._give_up(ticket, cost_s)
                 continue

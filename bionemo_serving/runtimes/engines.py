@@ -348,31 +348,26 @@ def run_in_pieces(
     return {name: np.concatenate([piece[index] for piece in pieces]) for index, name in enumerate(outputs)}
 
 
-class CoreShare:
-    """How many threads a run gets: the cores, shared among the instances of this tritonserver running a batch now.
-
-    A lone request runs on every core; under load each busy instance gets its share, so instances never
-    oversubscribe the cores (two instances of two spinning threads halved throughput on 2 cores), except for the
-    rest of a run that started alone when another instance starts. The instances' python-backend stubs are
-    processes of one tritonserver: each owns a slot of a small board in /dev/shm named after it (the stubs' parent),
-    holding the slot owner and a busy byte, claimed under a file lock; a dead owner's slot is free. A process is
-    its pid and its start time: pids are reused (pid_max is 32768 on many hosts), and a reused pid taken for a
-    stub killed while busy would halve every lone request for the rest of the server's life.
+class ProcessBoard:
+    """A small board in /dev/shm shared by the sibling processes of one parent (the python-backend stubs of one
+    tritonserver, the API workers of one `bentoml serve`), named after the parent: each process owns a slot holding
+    its identity and one number it publishes, claimed under a file lock; a dead owner's slot is free, and its number
+    no longer counts. A process is its pid and its start time: pids are reused (pid_max is 32768 on many hosts), and
+    a reused pid taken for a stub killed while busy would halve every lone request for the rest of the server's life.
     """
 
     SLOTS = 256
-    SLOT_BYTES = 8 + 4 + 1
-    """Owner's start time (int64), owner's pid (int32), busy byte."""
+    SLOT_BYTES = 8 + 4 + 8
+    """Owner's start time (int64), owner's pid (int32), the number it publishes (float64)."""
 
     BOARDS = Path("/dev/shm")
-    PREFIX = "bionemo-core-share-"
 
-    def __init__(self, cores: int, board: Path | None = None) -> None:
-        self.cores = cores
+    def __init__(self, prefix: str, board: Path | None = None) -> None:
+        """`prefix`: the board's kind, before its parent's pid and start time; `board`: a path of its own instead."""
         if board is None:
-            self.remove_stale_boards()
-        server = os.getppid()
-        path = board or self.BOARDS / f"{self.PREFIX}{server}-{process_start(server)}"
+            self.remove_stale_boards(prefix)
+        parent = os.getppid()
+        path = board or self.BOARDS / f"{prefix}{parent}-{process_start(parent)}"
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
@@ -381,34 +376,64 @@ class CoreShare:
             self.board = mmap.mmap(descriptor, self.SLOTS * self.SLOT_BYTES)
             self.started = memoryview(self.board)[: self.SLOTS * 8].cast("q")
             self.owners = memoryview(self.board)[self.SLOTS * 8 : self.SLOTS * 12].cast("i")
-            self.busy = memoryview(self.board)[self.SLOTS * 12 :]
+            self.values = memoryview(self.board)[self.SLOTS * 12 :].cast("d")
             self.slot = next(slot for slot in range(self.SLOTS) if not self._owner_alive(slot))
             me = os.getpid()
-            self.owners[self.slot], self.started[self.slot], self.busy[self.slot] = me, process_start(me), 0
+            self.owners[self.slot], self.started[self.slot], self.values[self.slot] = me, process_start(me), 0.0
         finally:
             fcntl.flock(descriptor, fcntl.LOCK_UN)
             os.close(descriptor)
 
     @classmethod
-    def remove_stale_boards(cls) -> None:
-        """The boards of tritonservers that have ended (each leaves one behind; nothing else would remove it)."""
-        for board in cls.BOARDS.glob(f"{cls.PREFIX}*"):
-            pid, _, started = board.name.removeprefix(cls.PREFIX).partition("-")
+    def remove_stale_boards(cls, prefix: str) -> None:
+        """The boards of parents that have ended (each leaves one behind; nothing else would remove it)."""
+        for board in cls.BOARDS.glob(f"{prefix}*"):
+            pid, _, started = board.name.removeprefix(prefix).partition("-")
             if not (pid.isdigit() and started.isdigit() and process_start(int(pid)) == int(started)):
                 board.unlink(missing_ok=True)
 
     def _owner_alive(self, slot: int) -> bool:
         return self.owners[slot] > 0 and process_start(self.owners[slot]) == self.started[slot]
 
+    def publish(self, value: float) -> None:
+        self.values[self.slot] = value
+
+    def others(self) -> list[float]:
+        """The non-zero numbers the other live owners publish."""
+        return [
+            self.values[slot]
+            for slot in range(self.SLOTS)
+            if slot != self.slot and self.values[slot] and self._owner_alive(slot)
+        ]
+
+
+class CoreShare:
+    """How many threads a run gets: the cores, shared among the instances of this tritonserver running a batch now.
+
+    A lone request runs on every core; under load each busy instance gets its share, so instances never
+    oversubscribe the cores (two instances of two spinning threads halved throughput on 2 cores), except for the
+    rest of a run that started alone when another instance starts. The instances' python-backend stubs are
+    processes of one tritonserver: each publishes on its board (ProcessBoard) whether it is busy.
+    """
+
+    PREFIX = "bionemo-cores-"
+
+    def __init__(self, cores: int, board: Path | None = None) -> None:
+        self.cores = cores
+        self.board = ProcessBoard(self.PREFIX, board)
+
+    @property
+    def slot(self) -> int:
+        return self.board.slot
+
     @contextlib.contextmanager
     def running(self) -> Iterator[int]:
         """Mark this instance busy for the block; yields its thread count, read as the block starts."""
-        self.busy[self.slot] = 1
+        self.board.publish(1.0)
         try:
-            others = sum(1 for slot in range(self.SLOTS) if self.busy[slot] and slot != self.slot and self._owner_alive(slot))
-            yield max(1, self.cores // (1 + others))
+            yield max(1, self.cores // (1 + len(self.board.others())))
         finally:
-            self.busy[self.slot] = 0
+            self.board.publish(0.0)
 
 
 def process_start(pid: int) -> int | None:

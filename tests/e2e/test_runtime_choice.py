@@ -47,6 +47,7 @@ from bionemo_serving.runtimes.engines import (
     Arena,
     CoreShare,
     FreedMemory,
+    ProcessBoard,
     Runtime,
     open_engine,
     process_start,
@@ -407,15 +408,15 @@ def test_a_file_its_runtime_cannot_run_is_left_out_not_fatal(repository: Path) -
 def test_the_boards_of_ended_tritonservers_are_removed() -> None:
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     me = os.getpid()  # this process stands for a running server
-    live = CoreShare.BOARDS / f"{CoreShare.PREFIX}{me}-{process_start(me)}"
+    live = ProcessBoard.BOARDS / f"{CoreShare.PREFIX}{me}-{process_start(me)}"
     stale = [
-        CoreShare.BOARDS / f"{CoreShare.PREFIX}{ended.stdout.strip()}-1",
-        CoreShare.BOARDS / f"{CoreShare.PREFIX}{me}-{process_start(me) + 1}",  # an ended server whose pid is reused
-        CoreShare.BOARDS / f"{CoreShare.PREFIX}{me}",  # named as before start times were
+        ProcessBoard.BOARDS / f"{CoreShare.PREFIX}{ended.stdout.strip()}-1",
+        ProcessBoard.BOARDS / f"{CoreShare.PREFIX}{me}-{process_start(me) + 1}",  # an ended server whose pid is reused
+        ProcessBoard.BOARDS / f"{CoreShare.PREFIX}{me}",  # named as before start times were
     ]
     for board in (live, *stale):
         board.write_bytes(bytes(16))
-    CoreShare.remove_stale_boards()
+    ProcessBoard.remove_stale_boards(CoreShare.PREFIX)
     assert live.exists() and not any(board.exists() for board in stale)
     live.unlink()
 
@@ -423,8 +424,8 @@ def test_the_boards_of_ended_tritonservers_are_removed() -> None:
 def test_a_busy_slot_whose_pid_went_to_another_process_is_neither_busy_nor_held(tmp_path: Path) -> None:
     board = tmp_path / "board"
     killed, observer = CoreShare(2, board), CoreShare(2, board)
-    killed.busy[killed.slot] = 1  # a stub killed mid-run leaves its busy byte set...
-    killed.started[killed.slot] -= 1  # ...and its pid may go to another process (here: this one)
+    killed.board.values[killed.slot] = 1.0  # a stub killed mid-run leaves itself marked busy...
+    killed.board.started[killed.slot] -= 1  # ...and its pid may go to another process (here: this one)
     with observer.running() as threads:
         assert threads == 2
     assert CoreShare(2, board).slot == killed.slot

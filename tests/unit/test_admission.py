@@ -8,6 +8,7 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from starlette.requests import Request
@@ -15,9 +16,10 @@ from starlette.requests import Request
 from bionemo_serving.model_catalog import CallPriority
 from bionemo_serving.engine.caller import CALLER, Caller
 from bionemo_serving.engine.cost import LEARNING_RATE, SAMPLE_SPAN, CostModel, Work
-from bionemo_serving.engine.scheduler import ADMIT_MARGIN, CUT_IN_RESERVE, Scheduler
+from bionemo_serving.engine.scheduler import ADMIT_MARGIN, CUT_IN_RESERVE, Lateness, Scheduler
 from bionemo_serving.errors import ClientGone, DeadlineExceeded, InvalidRequest, Overloaded, OverShare
 from bionemo_serving.fronts.admission import Admission, http_arrival
+from bionemo_serving.runtimes.engines import ProcessBoard
 from support.in_process import Body, InProcessService, http_request
 
 EMBED = "esm2nv/embed"
@@ -291,6 +293,97 @@ def test_answered_calls_teach_the_scheduler_their_share_of_the_worker() -> None:
         for _ in range(2):  # each answer a bounded step towards 0.1
             expected += LEARNING_RATE * (max(0.1, expected / SAMPLE_SPAN) - expected)
         assert scheduler.costs.factors[EMBED] == pytest.approx(expected, abs=0.02)
+
+    run(test)
+
+
+def test_admission_allows_for_how_late_the_plans_of_waiting_calls_turned_out() -> None:
+    lateness = Lateness()
+    assert lateness.allowance == 1.0
+    for ratio in [0.5] * 10 + [1.5] * 9 + [2.0, 9.0]:  # one odd answer is past the quantile
+        lateness.learn(ratio, 1.0)
+    assert lateness.allowance == 2.0
+
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        held.send("running", "a", 1.0)
+        await held.settle()
+        scheduler.lateness.learn(2.0, 1.0)  # a waiting call answered twice as late as planned
+        # at the head, behind the running call alone, a plan is short and sure: 1 + 2.5 (+ 2.5) s of ADMIT_MARGIN
+        # of 10 s, admitted as planned
+        held.send("head", "h", 2.5)
+        await held.settle()
+        assert [ticket.caller.client for ticket in scheduler.waiting] == ["h"]
+        # behind a waiting call, 1 + 2.5 + 1 (+ 1) s fits on the plan; twice that does not
+        CALLER.set(Caller.from_now("c", 10.0))
+        with pytest.raises(Overloaded) as refused:
+            async with scheduler.admitted(Work(EMBED, 1.0)):
+                raise AssertionError("a refused call ran")
+        assert refused.value.retry_after_s == pytest.approx(2 * 5.5 - 10.0 * ADMIT_MARGIN, abs=0.05)
+        scheduler.lateness.samples.clear()
+        held.send("near its limit", "d", 0.5, timeout_s=8.0)  # planned 4 s of its 5.6
+        await held.settle()
+        assert [ticket.caller.client for ticket in scheduler.waiting] == ["h", "d"]
+        held.release.set()
+        await asyncio.gather(*held.tasks)
+        # both plans came near what admission allowed them, and teach their lateness (the running call had none)
+        assert len(scheduler.lateness.samples) == 2
+
+    run(test)
+
+
+def test_a_waiting_call_whose_client_went_as_the_running_one_ended_is_not_started() -> None:
+    """Both cancelled at once (two clients gone): the running call's end finds the other's turn already cancelled,
+    and neither answer becomes an error of the scheduler's."""
+
+    async def test() -> None:
+        scheduler = Scheduler(max_running=1, default_timeout_s=10)
+        held = Held(scheduler)
+        running, waiting = held.send("running", "a", 1.0), held.send("waiting", "b", 1.0)
+        await held.settle()
+        running.cancel()
+        waiting.cancel()
+        outcomes = await asyncio.gather(*held.tasks, return_exceptions=True)
+        assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes), outcomes
+        assert held.started == ["running"] and not scheduler.running and not scheduler.waiting
+
+    run(test)
+
+
+def test_a_worker_plans_with_its_siblings_work_as_processor_sharing(tmp_path: Path) -> None:
+    """The API workers of one server share its cores: a sibling's planned work stretches this one's plan (own work f
+    is done after f plus min(f, W) of each sibling's W), so a call that fits alone is refused beside a busy sibling,
+    and the cost a call teaches is its share of the machine, the same whether the sibling was busy or idle."""
+
+    async def test() -> None:
+        board = tmp_path / "board"
+        here = Scheduler(max_running=1, default_timeout_s=10, board=lambda: ProcessBoard("test-", board))
+        sibling = Scheduler(max_running=1, default_timeout_s=60, board=lambda: ProcessBoard("test-", board))
+        CALLER.set(Caller.from_now("a", 10.0))
+        async with here.admitted(Work(EMBED, 1.0)):
+            pass  # opens this worker's slot; nothing planned on the sibling yet
+        here.costs.factors.clear()  # as the nominal costs say
+        assert here._stretched(2.0) == 2.0 and here._own_within(5.0) == 5.0
+        siblings = Held(sibling)
+        siblings.send("running", "s", 3.0, timeout_s=60)
+        siblings.send("queued", "s", 3.0, timeout_s=60)
+        await siblings.settle()
+        # alone, 4 s fits 10 s x ADMIT_MARGIN; beside the sibling's 6 s it takes 4 + 4 = 8 s
+        CALLER.set(Caller.from_now("b", 10.0))
+        with pytest.raises(Overloaded) as refused:
+            async with here.admitted(Work(EMBED, 4.0)):
+                raise AssertionError("a refused call ran")
+        assert refused.value.retry_after_s == pytest.approx(8.0 - 10.0 * ADMIT_MARGIN, abs=0.05)
+        assert here._stretched(2.0) == pytest.approx(4.0, abs=0.01)
+        assert here._own_within(here._stretched(7.0)) == pytest.approx(7.0, abs=0.01)
+        async with here.admitted(Work(EMBED, 1.0)):  # 0.2 s beside a busy sibling: 0.1 s of the machine's time
+            await asyncio.sleep(0.2)
+        expected = 1.0 + LEARNING_RATE * (max(0.1, 1.0 / SAMPLE_SPAN) - 1.0)
+        assert here.costs.factors[EMBED] == pytest.approx(expected, abs=0.02)
+        siblings.release.set()
+        await asyncio.gather(*siblings.tasks)
+        assert here._board is not None and sibling._board is not None and not here._board.others()
 
     run(test)
 
