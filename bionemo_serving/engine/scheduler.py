@@ -312,8 +312,9 @@ class Scheduler:
             self._start(ticket)
         else:
             loop = asyncio.get_running_loop()
-            if self._stretched(place.own_s) >= ticket.limit_s / self.lateness.allowance * LATENESS_PLAN_SHARE:
-                ticket.admitted_at, ticket.planned_s = now, self._stretched(place.own_s)
+            planned_s = self._stretched(place.own_s)
+            if planned_s >= ticket.limit_s / self.lateness.allowance * LATENESS_PLAN_SHARE:
+                ticket.admitted_at, ticket.planned_s = now, planned_s
             ticket.turn = loop.create_future()
             needs_s = self._stretched(cost_s * self._sharing(cost_s)) / TURN_MARGIN
             ticket.expiry = loop.call_at(caller.deadline - needs_s, self._expire, ticket)
