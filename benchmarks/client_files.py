@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         **record.header("client-files", argv if argv is not None else sys.argv[1:], measured_at),
         "sequences": args.sequences, "million": args.million, "lengths": [SHORTEST, LONGEST], **figures, "targets": targets,
     }  # fmt: skip
-    return record.finish(run, args.json or ROOT / "benchmarks" / "results" / "client-files.json", render)
+    return record.finish(run, args.json or record.RESULTS / "client-files.json", render)
 
 
 def render(run: dict) -> str:

@@ -28,7 +28,7 @@ import psutil
 import requests
 
 from benchmarks import record
-from benchmarks.processes import ROOT, start, stop
+from benchmarks.processes import start, stop
 from benchmarks.served_memory import USERS, embed_load, esm2nv_server, wait_idle, warm
 from benchmarks.workload import protein
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         **record.header("growth", argv if argv is not None else sys.argv[1:], measured_at), "users": USERS,
         "seconds": args.seconds, "rows": rows, "targets": targets,
     }  # fmt: skip
-    return record.finish(run, args.json or ROOT / "benchmarks" / "results" / "growth.json", render)
+    return record.finish(run, args.json or record.RESULTS / "growth.json", render)
 
 
 def render(run: dict) -> str:

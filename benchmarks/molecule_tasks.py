@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "qed_task": qed_rows, "plogp_task": plogp_rows,
     }  # fmt: skip
-    destination = args.json or ROOT / "benchmarks" / "results" / "molecule-tasks.json"
+    destination = args.json or record.RESULTS / "molecule-tasks.json"
     record.write(run, destination)
     print(render(run))
     print(f"wrote {destination}")

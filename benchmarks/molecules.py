@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "timing": {**timing, **generate_timing, **fcd_timing}, "targets": targets,
         "reconstruction": reconstruction, "samples": sampling,
     }  # fmt: skip
-    destination = args.json or ROOT / "benchmarks" / "results" / "molecules.json"
+    destination = args.json or record.RESULTS / "molecules.json"
     record.write(run, destination)
     print(render(run))
     print(f"wrote {destination}")

@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": {name: step.summary() for name, step in steps.items()}, "samples": {name: asdict(step) for name, step in steps.items()},
         "targets": targets,
     }  # fmt: skip
-    destination = args.json or ROOT / "benchmarks" / "results" / f"overload-{args.label}.json"
+    destination = args.json or record.RESULTS / f"overload-{args.label}.json"
     return record.finish(run, destination, render)
 
 

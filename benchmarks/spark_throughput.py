@@ -434,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sequences": len(sequences), "residues": sum(map(len, sequences)), "partitions": args.partitions,
         "records_per_batch": args.records_per_batch, "runs": [asdict(run) for run in runs], "targets": targets,
     }  # fmt: skip
-    destination = args.json or ROOT / "benchmarks" / "results" / "spark.json"
+    destination = args.json or record.RESULTS / "spark.json"
     return record.finish(result, destination, render)
 
 

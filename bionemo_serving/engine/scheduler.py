@@ -117,23 +117,21 @@ class _Ticket:
 
 class Lateness:
     """How late the plans of waiting calls turn out: each answered one's time from admission over its planned finish,
-    the last LATENESS_SAMPLES of them; admission allows for their LATENESS_QUANTILE."""
+    the last LATENESS_SAMPLES of them; admission allows for their LATENESS_QUANTILE (kept as they come: admission
+    reads it for every waiting call it places a new one among)."""
 
     def __init__(self) -> None:
         self.samples: collections.deque[float] = collections.deque(maxlen=LATENESS_SAMPLES)
+        self.allowance = LATENESS_RANGE[0]
+        """The factor admission stretches plans by."""
 
     def learn(self, took_s: float, planned_s: float) -> None:
-        if planned_s > 0:
-            self.samples.append(took_s / planned_s)
-
-    @property
-    def allowance(self) -> float:
-        """The factor admission stretches plans by."""
-        if not self.samples:
-            return LATENESS_RANGE[0]
+        if planned_s <= 0:
+            return
+        self.samples.append(took_s / planned_s)
         ordered = sorted(self.samples)
         quantile = ordered[min(len(ordered) - 1, int(LATENESS_QUANTILE * len(ordered)))]
-        return min(max(quantile, LATENESS_RANGE[0]), LATENESS_RANGE[1])
+        self.allowance = min(max(quantile, LATENESS_RANGE[0]), LATENESS_RANGE[1])
 
 
 @dataclass(frozen=True)

@@ -321,7 +321,7 @@ def test_admission_allows_for_how_late_the_plans_of_waiting_calls_turned_out() -
             async with scheduler.admitted(Work(EMBED, 1.0)):
                 raise AssertionError("a refused call ran")
         assert refused.value.retry_after_s == pytest.approx(2 * 5.5 - 10.0 * ADMIT_MARGIN, abs=0.05)
-        scheduler.lateness.samples.clear()
+        scheduler.lateness = Lateness()  # the allowance back to none
         held.send("near its limit", "d", 0.5, timeout_s=8.0)  # planned 4 s of its 5.6
         await held.settle()
         assert [ticket.caller.client for ticket in scheduler.waiting] == ["h", "d"]
