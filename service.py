@@ -19,6 +19,7 @@ from bionemo_serving.fronts.admission import Admission
 from bionemo_serving.fronts.bentoml.endpoints import Endpoints
 from bionemo_serving.fronts.bentoml.grpc_server import ServiceErrorInterceptor, serve_on_uvloop
 from bionemo_serving.fronts.bentoml.schema import ServesSchemaJSON
+from bionemo_serving.fronts.bentoml.server_timing import ServerTiming
 from bionemo_serving.fronts.bionemo_grpc import servicers as bionemo_grpc
 from bionemo_serving.fronts.dataframe import routes as dataframe_api
 from bionemo_serving.fronts.molmim import routes as molmim_api
@@ -41,6 +42,7 @@ triton = bentoml.triton.Runner(
 # The runner appends its own --log-verbose after cli_args, and tritonserver keeps the last one.
 triton.cli_args.append(f"--log-verbose={settings.triton_log_verbose}")
 svc = bentoml.legacy.Service("bionemo", runners=[triton])
+svc.add_asgi_middleware(ServerTiming)  # first, so outermost of these: `Server-Timing` on every HTTP answer
 svc.add_asgi_middleware(MergeTritonMetrics, port=settings.triton_metrics_port)  # Triton's families in GET /metrics
 svc.add_grpc_interceptor(ServiceErrorInterceptor)  # `bentoml serve-grpc`: typed errors as gRPC codes
 svc.add_asgi_middleware(ServesSchemaJSON, service=svc)  # GET /schema.json, for bentoml.SyncHTTPClient/AsyncHTTPClient

@@ -18,7 +18,8 @@ Throughout, GET /readyz once a second and the PSS of every process of the servic
 side) before, during and after each step; Triton's compute time of esm2nv over each step (its busy share, and seconds
 a call). A step ends at its time: the requests still out are dropped by their clients, so that the next step starts
 on a drained service. Then the targets, each checked: goodput >= 0.9x saturation at every
-overload, refusals answered within 50 ms p99, no 504, answered p99 within the deadline, readiness 200 throughout,
+overload, refusals answered within 50 ms p99 (in the service: by its `Server-Timing`; the time at the clients, which
+adds this one process's queueing of a step's clients, is shown beside it), no 504, answered p99 within the deadline, readiness 200 throughout,
 memory flat (PSS after the last step within 10 % of that after saturation), the lone client's p50 within 2x of the
 idle one's. Exit 1 on a miss, after the JSON is written.
 """
@@ -81,6 +82,9 @@ class Step:
     statuses: dict[str, int] = field(default_factory=dict)
     answered_s: list[float] = field(default_factory=list)
     refused_s: list[float] = field(default_factory=list)
+    refused_server_s: list[float] = field(default_factory=list)
+    """The same refusals' time in the service, by its `Server-Timing` header: without the network and the clients'
+    own queueing in this one process (a step's clients all start at once, and each waits for the others' sends)."""
     lone_s: list[float] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
     pss_mib: list[float] = field(default_factory=list)
@@ -101,6 +105,7 @@ class Step:
             "goodput_tokens_per_s": round(self.goodput, 1), "statuses": self.statuses,
             "answered_p50_s": quantile(self.answered_s, 50), "answered_p99_s": quantile(self.answered_s, 99),
             "refused": len(self.refused_s), "refused_p99_s": quantile(self.refused_s, 99),
+            "refused_server_p99_s": quantile(self.refused_server_s, 99),
             "lone_p50_s": quantile(self.lone_s, 50), "lone_requests": len(self.lone_s),
             "readiness_not_200": sum(status != 200 for status in self.ready),
             "pss_mib_max": max(self.pss_mib, default=None), "pss_mib_last": (self.pss_mib or [None])[-1],
@@ -131,6 +136,24 @@ def service_pss_mib(running: Running) -> float:
         except (psutil.Error, OSError):
             continue
     return total / 1024
+
+
+RESIDUE_POOL = protein(random.Random(0), 1_000_000)
+"""Where the requests' proteins are cut from: a slice costs nothing, where drawing 300 residues took 40 µs, and the
+bodies of a step's 64 clients, drawn one after another in this process, added 40-60 ms to the first ones' times."""
+
+
+def residues_at(rng: random.Random) -> str:
+    """RESIDUES residues at a random place of RESIDUE_POOL."""
+    start = rng.randrange(len(RESIDUE_POOL) - RESIDUES)
+    return RESIDUE_POOL[start : start + RESIDUES]
+
+
+def server_timing_s(header: str | None) -> float | None:
+    """The seconds of `Server-Timing: total;dur=MS` (bionemo_serving/fronts/bentoml/server_timing.py)."""
+    if not header or ";dur=" not in header:
+        return None
+    return float(header.partition(";dur=")[2].partition(",")[0]) / 1000
 
 
 async def triton_counters(session: aiohttp.ClientSession, url: str) -> dict[str, float] | None:
@@ -171,13 +194,14 @@ async def client_loop(
     rng = random.Random(seed)
     headers = {"X-Client-Id": client, "X-Request-Timeout": str(deadline_s)}
     while time.monotonic() < until:
-        body = {"sequences": [protein(rng, RESIDUES) for _ in range(proteins)]}
+        body = {"sequences": [residues_at(rng) for _ in range(proteins)]}
         began = time.monotonic()
         try:
             async with session.post(f"{url}/embed", json=body, headers=headers) as response:
                 await response.read()
                 took = time.monotonic() - began
                 status, retry_after = response.status, response.headers.get("Retry-After")
+                server_s = server_timing_s(response.headers.get("Server-Timing"))
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             # a pooled connection the server closed (uvicorn's keep-alive ends while a client waits its Retry-After),
             # found closed or reset as the request is sent: counted, not an answer; the next request opens another
@@ -195,6 +219,8 @@ async def client_loop(
                 step.answered_s.append(took)
         elif status in (429, 503):
             step.refused_s.append(took)
+            if server_s is not None:
+                step.refused_server_s.append(server_s)
             await asyncio.sleep(float(retry_after or 1) * rng.uniform(1.0, 1.5))
         else:
             await asyncio.sleep(0.5)
@@ -284,6 +310,7 @@ def pooled(steps: list[Step]) -> Step:
             whole.statuses[status] = whole.statuses.get(status, 0) + count
         whole.answered_s += step.answered_s
         whole.refused_s += step.refused_s
+        whole.refused_server_s += step.refused_server_s
         whole.ready += step.ready
         whole.pss_mib += step.pss_mib
     return whole
@@ -311,8 +338,8 @@ def checked(steps: dict[str, Step], deadline_s: float) -> dict[str, dict]:
             "target": f">= {TARGETS['goodput_share']}", "met": ratios.median >= TARGETS["goodput_share"],
         }
         summary = pooled(rounds).summary()
-        refusal = summary["refused_p99_s"] and round(summary["refused_p99_s"], 3)
-        results[f"{factor}x refusals p99 (s)"] = {
+        refusal = summary["refused_server_p99_s"] and round(summary["refused_server_p99_s"], 3)
+        results[f"{factor}x refusals p99 in the service (s)"] = {
             "value": refusal, "target": f"<= {TARGETS['refusal_p99_s']}",
             "met": refusal is None or refusal <= TARGETS["refusal_p99_s"],
         }
@@ -419,9 +446,9 @@ def render(run: dict) -> str:
         f"{sweep}; saturating concurrency {run['saturating_clients']}. {run['repeats']} rounds of saturation, 2x, 4x, "
         "8x; goodput: median (range); the rest: the rounds together.",
         "",
-        "| step | clients | goodput tok/s | answered | refused | 504 | answered p99 s | refusals p99 s | lone p50 s "
-        "| Triton busy s/s | Triton s/call |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| step | clients | goodput tok/s | answered | refused | 504 | answered p99 s | refusals p99 s: service "
+        "| refusals p99 s: clients | lone p50 s | Triton busy s/s | Triton s/call |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     kinds: dict[str, list[dict]] = {}
     for name, step in run["steps"].items():
@@ -438,7 +465,8 @@ def render(run: dict) -> str:
         lines.append(
             f"| {name} | {rounds[0]['clients']} | {spread('goodput_tokens_per_s', 0)} | {statuses.get('200', 0)} | "
             f"{refused} | {statuses.get('504', 0)} | {_seconds(together['answered_p99_s'])} | "
-            f"{_seconds(together['refused_p99_s'])} | {_seconds(rounds[0]['lone_p50_s'])} | "
+            f"{_seconds(together['refused_server_p99_s'])} | {_seconds(together['refused_p99_s'])} | "
+            f"{_seconds(rounds[0]['lone_p50_s'])} | "
             f"{spread('triton_busy_share', 2)} | {spread('triton_s_per_call', 3)} |"
         )  # fmt: skip
     lines += [

@@ -46,6 +46,9 @@ def test_work_that_cannot_finish_by_the_clients_deadline_is_refused_at_once_with
     error = response.json()["error"]
     assert error["type"] == "overloaded" and error["details"][0]["field"] == "request"
     assert "by itself" in error["message"]
+    # its time in the service, as the benchmark reads it: refused before any work
+    timing, _, milliseconds = response.headers["Server-Timing"].partition(";dur=")
+    assert timing == "total" and 0 < float(milliseconds) < 1000
     bad = service.post("/embed", {"sequences": ["MKT"]}, headers={"X-Request-Timeout": "soon"})
     assert bad.status_code == 422 and bad.json()["error"]["details"][0]["field"] == "X-Request-Timeout"
     assert service.post("/embed", {"sequences": ["MKT"]}).status_code == 200  # still answering
