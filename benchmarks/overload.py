@@ -17,10 +17,10 @@ Starts the service serving esm2nv alone from --repository on a free loopback por
 Throughout, GET /readyz once a second and the PSS of every process of the service (tritonserver, its stubs, the API
 side) before, during and after each step; Triton's compute time of esm2nv over each step (its busy share, and seconds
 a call). A step ends at its time: the requests still out are dropped by their clients, so that the next step starts
-on a drained service. Then the targets, each checked: goodput >= 0.9x saturation at every
-overload, refusals answered within 50 ms p99 (in the service: by its `Server-Timing`; the time at the clients, which
-adds this one process's queueing of a step's clients, is shown beside it), no 504, answered p99 within the deadline, readiness 200 throughout,
-memory flat (PSS after the last step within 10 % of that after saturation), the lone client's p50 within 2x of the
+on a drained service. Then the targets, each checked: goodput >= 0.9x saturation at every overload, refusals
+answered within 50 ms p99 (in the service, by its `Server-Timing`; the time at the clients, which adds this one
+process's queueing of a step's clients, is shown beside it), no 504, answered p99 within the deadline, readiness 200
+throughout, memory flat (PSS after the last step within 10 % of that after saturation), the lone client's p50 within 2x of the
 idle one's. Exit 1 on a miss, after the JSON is written.
 """
 
@@ -83,8 +83,9 @@ class Step:
     answered_s: list[float] = field(default_factory=list)
     refused_s: list[float] = field(default_factory=list)
     refused_server_s: list[float] = field(default_factory=list)
-    """The same refusals' time in the service, by its `Server-Timing` header: without the network and the clients'
-    own queueing in this one process (a step's clients all start at once, and each waits for the others' sends)."""
+    """The same refusals' time in the service, by its `Server-Timing` header (the clients' time where it has none):
+    without the network and the clients' own queueing in this one process (a step's clients all start at once, and
+    each waits for the others' sends)."""
     lone_s: list[float] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
     pss_mib: list[float] = field(default_factory=list)
@@ -219,8 +220,7 @@ async def client_loop(
                 step.answered_s.append(took)
         elif status in (429, 503):
             step.refused_s.append(took)
-            if server_s is not None:
-                step.refused_server_s.append(server_s)
+            step.refused_server_s.append(took if server_s is None else server_s)  # untimed: the clients' time
             await asyncio.sleep(float(retry_after or 1) * rng.uniform(1.0, 1.5))
         else:
             await asyncio.sleep(0.5)
