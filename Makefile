@@ -211,7 +211,7 @@ bench-growth: install models $(BENCH_READY)
 		$(foreach size,150M 650M,$(if $(wildcard model_repository-$(size)/esm2nv),$(size)=model_repository-$(size)))
 
 # Not part of `make test`: minutes of mixed /embed, /generate and head-graph (/logits, /score, /contacts, layers)
-# load in rounds; figures into docs/reliability.md,
+# load in rounds; its JSON into benchmarks/results/soak.json (`python -m benchmarks.soak --render ...json` into the CPU's page),
 # exit 1 on a failed request or on the settled memory (read after each round) of the API side or a model instance
 # growing past the margin. Longer: `make soak SOAK_SECONDS=900`;
 # every graph on one runtime: `make soak SOAK_RUNTIME=openvino` (onnxruntime, onnxruntime-fused, torchscript, openvino).

@@ -1,6 +1,6 @@
 """`make soak`: minutes of mixed traffic at a concurrency that saturates the machine; no failed request, flat memory.
 
-    python -m benchmarks.soak [--seconds 300] [--rounds 5] [--users 24] [--margin 5] [--runtime RUNTIME] [--out docs/reliability.md]
+    python -m benchmarks.soak [--seconds 300] [--rounds 5] [--users 24] [--margin 5] [--runtime RUNTIME] [--json FILE]
 
 Starts the service as `make bench` does (with `--runtime`, every graph forced to it, as BIONEMO_RUNTIME does), sends
 it the largest requests the load can send (`prime`), then runs locust headless with /embed, /generate and head-graph
@@ -12,8 +12,9 @@ last round's is within `--margin` % of the first's. Settled, because under load 
 moves with what is in flight (an answer of 8 contact maps of 1,022 residues is 8 M floats in the API worker that
 writes it; the decoder holds the caches of every row being decoded): medians under load moved up and down by 5-10 %
 between fifths of a run with no trend, while what a process keeps stays when the load stops. The medians under load
-of every round are reported beside, the API side's and tritonserver's with its stubs. Writes the figures between the markers of `docs/reliability.md`; exits 1 when a
-request failed or settled memory grew past the margin.
+of every round are reported beside, the API side's and tritonserver's with its stubs. Writes
+`benchmarks/results/soak.json` (every reading) and prints its markdown (`--render FILE` writes it into the CPU's
+page); exits 1 when a request failed or settled memory grew past the margin, after the JSON is written.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -35,17 +35,15 @@ import numpy as np
 import psutil
 import requests
 
-from benchmarks import processes
+from benchmarks import processes, record
 from benchmarks.contenders.this_service import SERVICE
 from benchmarks.workload import DRUG_SMILES, MAX_RESIDUES, MODEL, SAMPLES_PER_SEED, SEQUENCES_PER_REQUEST
 from bionemo_serving.model_catalog import MODELS
 from bionemo_serving.preprocessing import tokenizer_for
 from bionemo_serving.preprocessing.batching import bucket_width
-from bionemo_serving.runtimes.choice import cpu_model
 from bionemo_serving.runtimes.engines import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- soak: begin -->", "<!-- soak: end -->"
 
 USER_CLASSES = ("EmbedUser", "GenerateUser", "HeadsUser")
@@ -54,6 +52,7 @@ USER_CLASSES = ("EmbedUser", "GenerateUser", "HeadsUser")
 
 TRITONSERVER = "tritonserver"
 API_SIDE = "API side (bentoml serve, workers)"
+TRITON_TOGETHER = "tritonserver and its stubs, together"
 SETTLE_S = 3.0
 """Seconds from the end of a round to its settled reading: past FreedMemory's interval (1 s), when every stub has
 handed back what its last calls freed."""
@@ -198,6 +197,64 @@ def memory_rows(parts: list[str], readings: list[dict[str, float]]) -> list[str]
     return rows
 
 
+def summarized(rounds: list[Round], counts: Counter[tuple[str, str]], margin: float) -> dict:
+    """The run's figures and targets: requests and failures per endpoint, each round's settled memory and median
+    under load per part, no failed request, and every part's settled memory flat within `margin` %."""
+    tritons = sorted({part for measured in rounds for part in measured.settled} - {API_SIDE})
+    parts = [API_SIDE, *tritons]
+    for reading in [measured.settled for measured in rounds] + [sample for m in rounds for sample in m.under_load]:
+        reading[TRITON_TOGETHER] = sum(reading.get(part, 0.0) for part in tritons)
+    settled = [{part: round(measured.settled.get(part, 0.0), 1) for part in [*parts, TRITON_TOGETHER]} for measured in rounds]
+    under_load = [
+        {part: round(float(np.median([sample.get(part, 0.0) for sample in measured.under_load])), 1)
+         for part in (API_SIDE, TRITON_TOGETHER)}
+        for measured in rounds
+    ]  # fmt: skip
+    endpoints = sorted({name for name, _ in counts} - {"Aggregated"}) + ["Aggregated"]
+    failures = sum(counts[name, "failed"] for name in endpoints if name != "Aggregated")
+    largest = max(growth(settled[0][part], settled[-1][part]) for part in parts)
+    return {
+        "requests": {name: {"requests": counts[name, "requests"], "failed": counts[name, "failed"]} for name in endpoints},
+        "settled_mib": settled, "under_load_mib": under_load,
+        "targets": {
+            "failed requests": {"value": failures, "target": "0", "met": failures == 0},
+            "largest settled growth, first round to last (%)": {
+                "value": round(largest, 1), "target": f"<= {margin:g}", "met": largest <= margin,
+            },
+        },
+    }  # fmt: skip
+
+
+def render(run: dict) -> str:
+    """The run's markdown, between its markers: what measured it, the requests, the targets, the settled memory of
+    every part and the medians under load. The soak section of docs/benchmarks-<cpu>.md is this output
+    (`python -m benchmarks.soak --render FILE`)."""
+    rounds = len(run["settled_mib"])
+    header = [f"| process | {' | '.join(f'round {number}' for number in range(1, rounds + 1))} | growth |"]
+    header.append("|---|" + "---:|" * (rounds + 1))
+    return "\n".join([
+        BEGIN,
+        f"{run['cpu']} ({run['cores']} cores), {run['date']}, commit {run['commit']}: `{run['command']}`. {run['users']} "
+        f"users, {rounds} rounds of {run['round_seconds']:g} s after the largest requests; runtimes: {run['runtimes']}.",
+        "",
+        "| what | figure |",
+        "|---|---|",
+        *(f"| {name} | {figures['requests']} requests, {figures['failed']} failed |" for name, figures in run["requests"].items()),
+        *(f"| {name} | {target['value']} (wanted {target['target']}): {record.met_cell(target)} |" for name, target in run["targets"].items()),
+        "",
+        f"Settled resident memory (MiB), read {SETTLE_S:g} s after each round with nothing in flight (judged):",
+        "",
+        *header,
+        *memory_rows(list(run["settled_mib"][0]), run["settled_mib"]),
+        "",
+        f"Under load: the median of samples every {run['sample_s']:g} s of each round (moves with what is in flight):",
+        "",
+        *header,
+        *memory_rows(list(run["under_load_mib"][0]), run["under_load_mib"]),
+        END,
+    ])  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=300, help="how long the load runs, all rounds together")
@@ -208,11 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--runtime", choices=[runtime.value for runtime in Runtime], help="every graph on it (BIONEMO_RUNTIME)"
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--json", type=Path, help="where the raw results go (default: benchmarks/results/soak.json)")
+    record.add_render_options(parser)
     args = parser.parse_args(argv)
+    if args.render:
+        return record.render_into_cpu_page(args.render, args.doc, render)
     if args.rounds < 2:
         parser.error("--rounds: at least 2, the first and the last compared")
 
+    measured_at = record.commit()  # the code that runs, whatever is committed meanwhile
     service = SERVICE
     if args.runtime is not None:
         forced = {"BIONEMO_RUNTIME": args.runtime}
@@ -229,59 +290,13 @@ def main(argv: list[str] | None = None) -> int:
             counts += round_counts
     finally:
         processes.stop(running)
-
-    tritons = sorted({part for measured in rounds for part in measured.settled} - {API_SIDE})
-    parts = [API_SIDE, *tritons]
-    whole = "tritonserver and its stubs, together"
-    for reading in [measured.settled for measured in rounds] + [sample for m in rounds for sample in m.under_load]:
-        reading[whole] = sum(reading.get(part, 0.0) for part in tritons)
-    settled = [measured.settled for measured in rounds]
-    under_load = [
-        {part: float(np.median([sample.get(part, 0.0) for sample in measured.under_load])) for part in [*parts, whole]}
-        for measured in rounds
-    ]
-    endpoints = sorted({name for name, _ in counts} - {"Aggregated"}) + ["Aggregated"]
-    failures = sum(counts[name, "failed"] for name in endpoints if name != "Aggregated")
-    flat = all(growth(settled[0][part], settled[-1][part]) <= args.margin for part in parts)
-    command = "python -m benchmarks.soak " + shlex.join(argv if argv is not None else sys.argv[1:])
-    runtimes = f"{args.runtime}, forced" if args.runtime else "each graph's, as the timings chose"
-    columns = " | ".join(f"round {number}" for number in range(1, args.rounds + 1))
-    header = [f"| process | {columns} | growth |", "|---|" + "---:|" * (args.rounds + 1)]
-    lines = [
-        BEGIN,
-        (
-            f"Measured with `{command}` ({args.users} users, {args.rounds} rounds of {args.seconds / args.rounds:g} s "
-            f"after the largest requests) on {cpu_model()}; runtimes: {runtimes}:"
-        ),
-        "",
-        "| what | figure |",
-        "|---|---|",
-        *(f"| {name} | {counts[name, 'requests']} requests, {counts[name, 'failed']} failed |" for name in endpoints),
-        f"| failed requests | {failures} |",
-        f"| settled memory flat within {args.margin:g} % (the API side and every instance) | {'yes' if flat else 'no'} |",
-        "",
-        (
-            f"Settled resident memory (MiB), read {SETTLE_S:g} s after each round with nothing in flight, and the "
-            "growth from the first round to the last (what is judged):"
-        ),
-        "",
-        *header,
-        *memory_rows([*parts, whole], settled),
-        "",
-        (
-            f"Under load: the median of the samples taken every {args.sample:g} s during each round (for comparison: "
-            "it moves with what is in flight), for the API side and for tritonserver with its stubs:"
-        ),
-        "",
-        *header,
-        *memory_rows([API_SIDE, whole], under_load),
-        "",
-        END,
-    ]
-    text = args.out.read_text()
-    args.out.write_text(text[: text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END) :])
-    print("\n".join(lines[1:-1]))
-    return 0 if failures == 0 and flat else 1
+    run = {
+        **record.header("soak", argv if argv is not None else sys.argv[1:], measured_at), "users": args.users,
+        "round_seconds": args.seconds / args.rounds, "sample_s": args.sample,
+        "runtimes": f"{args.runtime}, forced" if args.runtime else "each graph's, as the timings chose",
+        **summarized(rounds, counts, args.margin),
+    }  # fmt: skip
+    return record.finish(run, args.json or record.RESULTS / "soak.json", render)
 
 
 if __name__ == "__main__":
