@@ -20,8 +20,8 @@ a call). A step ends at its time: the requests still out are dropped by their cl
 on a drained service. Then the targets, each checked: goodput >= 0.9x saturation at every overload, refusals
 answered within 50 ms p99 (in the service, by its `Server-Timing`; the time at the clients, which adds this one
 process's queueing of a step's clients, is shown beside it), no 504, answered p99 within the deadline, readiness 200
-throughout, memory flat (PSS after the last step within 10 % of that after saturation), the lone client's p50 within 2x of the
-idle one's. Exit 1 on a miss, after the JSON is written.
+throughout, memory flat (PSS after the last step within 10 % of that after saturation), the lone client's p50 within
+2x of the idle one's. Exit 1 on a miss, after the JSON is written.
 """
 
 from __future__ import annotations

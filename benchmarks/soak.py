@@ -13,8 +13,9 @@ moves with what is in flight (an answer of 8 contact maps of 1,022 residues is 8
 writes it; the decoder holds the caches of every row being decoded): medians under load moved up and down by 5-10 %
 between fifths of a run with no trend, while what a process keeps stays when the load stops. The medians under load
 of every round are reported beside, the API side's and tritonserver's with its stubs. Writes
-`benchmarks/results/soak.json` (every reading) and prints its markdown (`--render FILE` writes it into the CPU's
-page); exits 1 when a request failed or settled memory grew past the margin, after the JSON is written.
+`benchmarks/results/soak.json` (each round's settled reading and medians under load) and prints its markdown
+(`--render FILE` writes it into the CPU's page); exits 1 when a request failed or settled memory grew past the margin,
+after the JSON is written.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ def summarized(rounds: list[Round], counts: Counter[tuple[str, str]], margin: fl
     parts = [API_SIDE, *tritons]
     for reading in [measured.settled for measured in rounds] + [sample for m in rounds for sample in m.under_load]:
         reading[TRITON_TOGETHER] = sum(reading.get(part, 0.0) for part in tritons)
-    settled = [{part: round(measured.settled.get(part, 0.0), 1) for part in [*parts, TRITON_TOGETHER]} for measured in rounds]
+    settled = [
+        {part: round(measured.settled.get(part, 0.0), 1) for part in [*parts, TRITON_TOGETHER]} for measured in rounds
+    ]
     under_load = [
         {part: round(float(np.median([sample.get(part, 0.0) for sample in measured.under_load])), 1)
          for part in (API_SIDE, TRITON_TOGETHER)}
@@ -239,8 +242,10 @@ def render(run: dict) -> str:
         "",
         "| what | figure |",
         "|---|---|",
-        *(f"| {name} | {figures['requests']} requests, {figures['failed']} failed |" for name, figures in run["requests"].items()),
-        *(f"| {name} | {target['value']} (wanted {target['target']}): {record.met_cell(target)} |" for name, target in run["targets"].items()),
+        *(f"| {name} | {counted['requests']} requests, {counted['failed']} failed |"
+          for name, counted in run["requests"].items()),
+        *(f"| {name} | {target['value']} (wanted {target['target']}): {record.met_cell(target)} |"
+          for name, target in run["targets"].items()),
         "",
         f"Settled resident memory (MiB), read {SETTLE_S:g} s after each round with nothing in flight (judged):",
         "",
