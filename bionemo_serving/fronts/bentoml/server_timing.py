@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from bionemo_serving.fronts.bentoml.triton_metrics import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = b"server-timing"
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 import aiohttp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 TRITON_FETCH_TIMEOUT_S = 0.5
 """How long a scrape waits for Triton's metrics; past it the answer has the service's own and `up` 0."""
@@ -27,11 +26,6 @@ def triton_gauges(up: bool, seconds: float) -> bytes:
     ).encode()
 
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class MergeTritonMetrics:
