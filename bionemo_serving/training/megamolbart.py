@@ -32,7 +32,7 @@ from bionemo_serving.training.denoising import IGNORED_LABEL, DenoisingBatch, no
 from bionemo_serving.training.export import ExportTooLarge, export_checkpoint
 from bionemo_serving.training.moses_data import TrainingData, training_molecules
 from bionemo_serving.training.recipe import MODEL, Recipe, model_config, new_model, optimizer_for
-from bionemo_serving.training.reconstruction import reconstruction_report
+from bionemo_serving.training.reconstruction import SAMPLING_RADIUS, reconstruction_report
 from bionemo_serving.training.record import Session, add_loss, new_record, now, write_record
 from bionemo_serving.training.run_state import Progress, has_run, load_run, save_run
 
@@ -181,7 +181,7 @@ class Run:
             self.model,
             self.data.holdout_smiles[:count],
             self.tokenizer,
-            self.recipe.latent_noise,
+            SAMPLING_RADIUS,
             self.recipe.max_tokens + 1,
         )
         self.record["evaluations"].append(report)

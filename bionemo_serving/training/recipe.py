@@ -52,6 +52,9 @@ class Recipe:
     """sigma_max: each molecule's encoder output gets Gaussian noise of a std drawn from U(0, sigma_max), so latents
     near a molecule decode to valid molecules (MolMIM's idea). /generate's default scaled_radius, 1.0, lies beyond it:
     there the decoder is asked for something new, not for the seed back."""
+    latent_scale: float = 1.0
+    """The gain the encoder's final LayerNorm is frozen at: each latent value's scale, against which noise is
+    measured. Noise of std sigma leaves a signal-to-noise ratio of (latent_scale / sigma)^2 in every value."""
     learning_rate: float = 1e-3
     """Peak: what Noam's schedule (BioNeMo MegaMolBART's) reaches at this width, d_model 256, with 4,000 warmup steps
     (BioNeMo's d_model 512 and 8,000 steps peak at 5e-4)."""
@@ -113,14 +116,14 @@ def new_model(recipe: Recipe) -> MBartForConditionalGeneration:
     """
     torch.manual_seed(recipe.seed)
     model = MBartForConditionalGeneration(model_config(recipe))
-    freeze_latent_norm(model)
+    freeze_latent_norm(model, recipe.latent_scale)
     return model
 
 
-def freeze_latent_norm(model: MBartForConditionalGeneration) -> None:
+def freeze_latent_norm(model: MBartForConditionalGeneration, scale: float) -> None:
     norm = model.get_encoder().layer_norm
     with torch.no_grad():
-        norm.weight.fill_(1.0)
+        norm.weight.fill_(scale)
         norm.bias.zero_()
     norm.weight.requires_grad_(False)
     norm.bias.requires_grad_(False)

@@ -14,6 +14,8 @@ from transformers.modeling_outputs import BaseModelOutput
 from bionemo_serving.preprocessing.smiles import SmilesTokenizer, canonical_smiles
 
 EVAL_BATCH = 100
+SAMPLING_RADIUS = 1.0
+"""The fronts' default scaled_radius (/generate, /molmim/sampling): the noise a run's evaluation samples at."""
 
 
 @torch.inference_mode()
