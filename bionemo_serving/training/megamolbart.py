@@ -145,6 +145,8 @@ class Run:
             latents = self.model.get_encoder()(input_ids=encoder_ids, attention_mask=encoder_mask).last_hidden_state
             # Each molecule's own noise level, U(0, sigma_max): the decoder learns every radius /generate may ask.
             std = torch.rand(len(latents), 1, 1, device=device) * self.recipe.latent_noise
+            if self.recipe.clean_share > 0.0:
+                std = std * (torch.rand(len(latents), 1, 1, device=device) >= self.recipe.clean_share)
             latents = latents + torch.randn_like(latents) * std
             logits = self.model(
                 encoder_outputs=(latents,), attention_mask=encoder_mask, decoder_input_ids=decoder_ids

@@ -52,6 +52,8 @@ class Recipe:
     """sigma_max: each molecule's encoder output gets Gaussian noise of a std drawn from U(0, sigma_max), so latents
     near a molecule decode to valid molecules (MolMIM's idea). /generate's default scaled_radius, 1.0, lies beyond it:
     there the decoder is asked for something new, not for the seed back."""
+    clean_share: float = 0.0
+    """Share of molecules trained with no latent noise at all: exact reconstruction from a clean latent."""
     latent_scale: float = 1.0
     """The gain the encoder's final LayerNorm is frozen at: each latent value's scale, against which noise is
     measured. Noise of std sigma leaves a signal-to-noise ratio of (latent_scale / sigma)^2 in every value."""
