@@ -78,11 +78,15 @@ def model_card(record: dict[str, Any]) -> str:
             else "- The encoder reads the canonical SMILES, as the decoder writes it."
         ),
         (
-            f"- Gaussian noise on the encoder's output, its std drawn per molecule from U(0, {recipe['latent_noise']}),"
-            " with the encoder's"
+            f"- The encoder's final LayerNorm is frozen at gain {recipe.get('latent_scale', 1.0)} and bias 0: each"
+            " latent value has that scale, whatever training does."
         ),
-        "  final LayerNorm frozen at the identity: latents near a molecule decode to valid molecules, and /generate's",
-        "  scaled_radius keeps its meaning.",
+        (
+            f"- Gaussian noise on the encoder's output, its std drawn per molecule from U(0, {recipe['latent_noise']})"
+            + (f", none for {recipe['clean_share']:.0%} of molecules" if recipe.get("clean_share") else "")
+            + ": latents near"
+        ),
+        "  a molecule decode to valid molecules, nearby but different ones at /generate's default scaled_radius.",
         "",
         "## Shape and training",
         "",

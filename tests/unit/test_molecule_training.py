@@ -106,7 +106,7 @@ def test_export_loads_in_transformers_and_the_exporter(uninterrupted: Path) -> N
     assert {path.name for path in folder.iterdir()} == shipped | {"training.json", "MODEL_CARD.md"}
     model = MBartForConditionalGeneration.from_pretrained(folder)
     latent_norm = model.get_encoder().layer_norm
-    assert torch.equal(latent_norm.weight, torch.ones_like(latent_norm.weight))
+    assert torch.equal(latent_norm.weight, torch.full_like(latent_norm.weight, Recipe().latent_scale))
     assert torch.equal(latent_norm.bias, torch.zeros_like(latent_norm.bias))
     trained = load_run(uninterrupted).model
     assert all(torch.equal(tensor, trained[name]) for name, tensor in model.state_dict().items() if name in trained)
