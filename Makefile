@@ -192,13 +192,15 @@ bench-molecules: install models $(BENCH_READY)
 	exit $$status
 
 # megamolbart's default, trained here on MOSES train (bionemo_serving/training/): each call trains TRAIN_MINUTES more, from the run's
-# checkpoint where there is one; the weights that ship are exported from it into weights/ (docs/checkpoints.md).
+# checkpoint where there is one, on TRAIN_DEVICE (cpu, or cuda with bf16); the weights that ship are exported from it into
+# weights/ (docs/checkpoints.md).
 TRAIN_MINUTES ?= 60
+TRAIN_DEVICE ?= cpu
 TRAIN_RUN := runs/megamolbart
 
 train-megamolbart: $(INSTALLED)
 	$(BIN)/python -m bionemo_serving.training.megamolbart --run-dir $(TRAIN_RUN) $(if $(wildcard $(TRAIN_RUN)/checkpoint.pt),--resume) \
-		--minutes $(TRAIN_MINUTES)
+		--minutes $(TRAIN_MINUTES) --device $(TRAIN_DEVICE) $(if $(filter cuda%,$(TRAIN_DEVICE)),--bf16)
 
 # How cost grows with the model and the protein: /embed tokens/s and a scan's time, esm2nv served at 8M (the
 # defaults) and at each size `make bench MODEL_SIZE=...` has exported, for proteins of 100, 300 and 1,000 residues,

@@ -14,13 +14,16 @@ from bionemo_serving.exporter.graph_inputs import GraphInputs
 from bionemo_serving.exporter.incremental_decoder import IncrementalDecoder
 from bionemo_serving.exporter.onnx_export import export_onnx
 from bionemo_serving.exporter.runtime_export import CONVERTERS
-from bionemo_serving.model_catalog import DECODER, OnnxGraph
+from bionemo_serving.model_catalog import DECODER, MODELS, OnnxGraph
+from bionemo_serving.preprocessing.smiles import SmilesTokenizer
 from bionemo_serving.runtimes.engines import Engine, Runtime, open_engine
 from bionemo_serving.runtimes.step_caches import layer_caches
 from support.paths import CHECKPOINTS
 from support.runtimes import DECODER_RUNTIMES
 
 pytestmark = pytest.mark.e2e
+
+SOURCE_MOLECULES = ("N#Cc1ccc(S(=O)(=O)N2CCC(F)CC2)cc1", "O=C(NC1CC1)c1cnn(C)c1Br", "Clc1ccsc1")
 
 Source = tuple[torch.Tensor, torch.Tensor]
 
@@ -31,12 +34,14 @@ def seq2seq() -> MBartForConditionalGeneration:
 
 
 @pytest.fixture(scope="module")
-def source() -> Source:
-    """Latents far from the untrained model's comfort zone, so that greedy decoding picks a new token at each step."""
-    rng = np.random.default_rng(0)
-    states = torch.from_numpy((rng.standard_normal((3, 9, 256)) * 100).astype(np.float32))
-    mask = torch.ones(3, 9, dtype=torch.int64)
-    mask[1, 5:] = mask[2, 2:] = 0
+def source(seq2seq: MBartForConditionalGeneration) -> Source:
+    """The latents of three molecules of different lengths (so rows are padded), which greedy decoding spells out
+    in many different tokens."""
+    tokenizer = SmilesTokenizer(MODELS["megamolbart"].max_length)
+    batch = tokenizer.pad([tokenizer.encode(smiles) for smiles in SOURCE_MOLECULES])
+    ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+    with torch.inference_mode():
+        states = seq2seq.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
     return states, mask
 
 
@@ -88,7 +93,7 @@ def test_cached_steps_give_the_full_prefix_logits(seq2seq: MBartForConditionalGe
     ids, _, _, pairs = greedy_with_cache(seq2seq, *source, steps=16)
     assert len(set(ids[:, 1:].flatten().tolist())) > 10  # the comparison has teeth: the tokens change
     for logits, expected in pairs:
-        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-3)  # logits of order 1e2 from latents of 1e2
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-3)
 
 
 def write_part(runtime: Runtime, module: torch.nn.Module, part: OnnxGraph, sample: GraphInputs, folder: Path) -> Engine:
