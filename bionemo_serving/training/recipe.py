@@ -118,8 +118,8 @@ def new_model(recipe: Recipe) -> MBartForConditionalGeneration:
 
     The encoder's final LayerNorm makes each latent vector zero-mean and unit-variance; with its affine parameters
     held at weight `latent_scale` and bias 0, the latent keeps that scale, so noise of a given std means the same all
-    through training. Left free, the encoder would learn to grow its output past the noise, and /generate's scaled_radius would
-    perturb nothing.
+    through training. Left free, the encoder would learn to grow its output past the noise, and /generate's
+    scaled_radius would perturb nothing.
     """
     torch.manual_seed(recipe.seed)
     model = MBartForConditionalGeneration(model_config(recipe))

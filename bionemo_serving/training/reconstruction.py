@@ -26,13 +26,15 @@ def decode(
     scaled_radius: float,
     max_new_tokens: int,
     seed: int = 0,
+    batch_size: int = EVAL_BATCH,
 ) -> list[str]:
-    """Each molecule encoded, its latent perturbed by noise of `scaled_radius` (0: none), decoded greedily."""
+    """Each molecule encoded, its latent perturbed by noise of `scaled_radius` (0: none), decoded greedily,
+    `batch_size` molecules a call."""
     device = model.device
     rng = np.random.default_rng(seed)
     decoded = []
-    for start in range(0, len(smiles), EVAL_BATCH):
-        batch = tokenizer.pad([tokenizer.encode(molecule) for molecule in smiles[start : start + EVAL_BATCH]])
+    for start in range(0, len(smiles), batch_size):
+        batch = tokenizer.pad([tokenizer.encode(molecule) for molecule in smiles[start : start + batch_size]])
         ids, mask = torch.from_numpy(batch.input_ids).to(device), torch.from_numpy(batch.attention_mask).to(device)
         states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         noise = rng.standard_normal(tuple(states.shape)).astype(np.float32) * np.float32(scaled_radius)

@@ -16,8 +16,8 @@ from transformers import MBartForConditionalGeneration
 
 from bionemo_serving.exporter.architectures import load_for_export
 from bionemo_serving.model_catalog import MODELS, GraphRole
-from bionemo_serving.preprocessing.smiles import SmilesTokenizer
-from bionemo_serving.training import megamolbart, moses_data
+from bionemo_serving.preprocessing.smiles import SmilesTokenizer, tanimoto_similarity
+from bionemo_serving.training import megamolbart, moses_data, radius_sweep
 from bionemo_serving.training.batch_stream import BatchStream
 from bionemo_serving.training.denoising import IGNORED_LABEL, Noising, batch_seed, make_batch
 from bionemo_serving.training.recipe import Recipe
@@ -151,3 +151,28 @@ def test_workers_make_the_same_batches() -> None:
     finally:
         for stream in streams:
             stream.close()
+
+
+def test_sample_figures_count_as_the_benchmark_does() -> None:
+    seeds = ["CCO", "CCO", "CCO", "c1ccccc1"]
+    decoded = ["CCO", "CCN", None, "CCN"]  # the seed back, a new one, an invalid one, the same new one again
+    figures = radius_sweep.sample_figures(seeds, decoded)
+    assert figures["valid"] == 0.75
+    assert figures["different"] == 0.5
+    assert figures["unique"] == pytest.approx(2 / 3)
+    expected = (tanimoto_similarity("CCO", "CCN") + tanimoto_similarity("c1ccccc1", "CCN")) / 2
+    assert figures["tanimoto_different"] == pytest.approx(expected)
+
+
+def test_radius_sweep_measures_a_run_on_its_set_aside_molecules(uninterrupted: Path, tmp_path: Path) -> None:
+    output = tmp_path / "sweep.json"
+    command = [str(uninterrupted), "--json", str(output), "--reconstruct", "3", "--seeds", "2", "--samples", "2"]
+    assert radius_sweep.main([*command, "--radii", "0", "1.5"]) == 0
+    figures = json.loads(output.read_text())
+    run = figures["runs"][uninterrupted.name]
+    assert set(run["radii"]) == {"0.0", "1.5"}
+    assert run["recipe"]["latent_scale"] == Recipe().latent_scale
+    assert 0.0 <= run["reconstructed"] <= 1.0
+    assert figures["command"].endswith("--radii 0 1.5")
+    with pytest.raises(SystemExit, match="set aside"):
+        radius_sweep.main([str(uninterrupted), "--json", str(output), "--reconstruct", "8", "--seeds", "1"])
