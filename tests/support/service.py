@@ -165,9 +165,22 @@ def start_service(
 def stop_service(running: RunningService) -> None:
     """Stop what `start_service` started, by its PID, and check nothing it started is left."""
     stop_process_group(running.process)
-    survivors = [child.pid for child in running.children if child.is_running()]
+    survivors = [child.pid for child in running.children if _still_running(child)]
     assert not survivors, f"still running after stop: {survivors}"
     running.log_path.unlink(missing_ok=True)
+
+
+def _still_running(process: psutil.Process, settle_s: float = 10.0) -> bool:
+    """Whether `process` runs `settle_s` after its group was killed: a process SIGKILLed a moment ago may not have
+    exited yet, and one that has exited stays a zombie until its new parent reaps it; neither runs anything."""
+    try:
+        process.wait(timeout=settle_s)
+    except psutil.TimeoutExpired:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    return False
 
 
 def stop_with_requests_in_flight(
