@@ -14,10 +14,11 @@ from rdkit import Chem
 from support.checkpoints import TINY_SIZES
 from transformers import MBartForConditionalGeneration
 
+from benchmarks import radius_sweep
 from bionemo_serving.exporter.architectures import load_for_export
 from bionemo_serving.model_catalog import MODELS, GraphRole
 from bionemo_serving.preprocessing.smiles import SmilesTokenizer, tanimoto_similarity
-from bionemo_serving.training import megamolbart, moses_data, radius_sweep
+from bionemo_serving.training import megamolbart, moses_data
 from bionemo_serving.training.batch_stream import BatchStream
 from bionemo_serving.training.denoising import IGNORED_LABEL, Noising, batch_seed, make_batch
 from bionemo_serving.training.recipe import Recipe
@@ -153,10 +154,10 @@ def test_workers_make_the_same_batches() -> None:
             stream.close()
 
 
-def test_sample_figures_count_as_the_benchmark_does() -> None:
-    seeds = ["CCO", "CCO", "CCO", "c1ccccc1"]
-    decoded = ["CCO", "CCN", None, "CCN"]  # the seed back, a new one, an invalid one, the same new one again
-    figures = radius_sweep.sample_figures(seeds, decoded)
+def test_sampled_figures_count_as_the_benchmark_does() -> None:
+    seeds = ["CCO", "c1ccccc1"]
+    groups = [["CCO", "CCN", None], ["CCN"]]  # the seed back, a new one, an invalid one; the same new one again
+    figures = radius_sweep.sampled_figures(seeds, groups)
     assert figures["valid"] == 0.75
     assert figures["different"] == 0.5
     assert figures["unique"] == pytest.approx(2 / 3)

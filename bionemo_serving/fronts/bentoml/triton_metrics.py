@@ -26,8 +26,6 @@ def triton_gauges(up: bool, seconds: float) -> bytes:
     ).encode()
 
 
-
-
 class MergeTritonMetrics:
     """ASGI middleware: BentoML's GET /metrics answer, followed by Triton's families fetched by this worker.
 

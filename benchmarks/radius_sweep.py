@@ -1,12 +1,13 @@
-"""How trained runs reconstruct and sample at several radii: the figures that choose a recipe's latent scale.
+"""How trained megamolbart runs reconstruct and sample at several radii: the figures that choose a recipe's latent scale.
 
-    python -m bionemo_serving.training.radius_sweep RUN_DIR [RUN_DIR ...] --json FILE [--device cuda]
+    python -m benchmarks.radius_sweep RUN_DIR [RUN_DIR ...] --json FILE [--device cuda]
 
-Each run is measured on the train molecules it set aside (never a test split): exact reconstruction of the first
-`--reconstruct`, then `--samples` greedy decodings around each of the next `--seeds` at each radius, counted as the
-molecule benchmark counts them (benchmarks/molecules.py, which measures the served default on test_scaffolds):
-valid, different from the seed, unique over the valid ones, and the mean Tanimoto of the different ones to their seed.
-benchmarks/results/megamolbart-recipe-search.json holds the sweep that chose the shipped recipe.
+Each run (training.megamolbart's --run-dir) is measured on the train molecules it set aside (never a test split): exact
+reconstruction of the first `--reconstruct`, then `--samples` greedy decodings around each of the next `--seeds` at
+each radius, with the molecule benchmark's figures (molecule_metrics; benchmarks/molecules.py measures the served
+default on test_scaffolds): valid, different from the seed, unique over the valid ones, and the mean Tanimoto of the
+different ones to their seed. benchmarks/results/megamolbart-recipe-search.json holds the sweep that chose the shipped
+recipe.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import molecule_metrics as metrics
 from bionemo_serving.preprocessing.smiles import SmilesTokenizer, canonical_smiles, tanimoto_similarity
 from bionemo_serving.training import reconstruction
 from bionemo_serving.training.megamolbart import Run
@@ -31,18 +33,20 @@ BATCH_SIZE = 1000
 """Molecules a decoding call: the sweep is sized for a GPU."""
 
 
-def sample_figures(seeds: list[str], decoded: list[str | None]) -> dict[str, float]:
-    """The benchmark's sampling figures of canonical `decoded` samples, each beside its canonical seed."""
-    valid = [molecule for molecule in decoded if molecule is not None]
-    different = [
-        (seed, molecule) for seed, molecule in zip(seeds, decoded) if molecule is not None and molecule != seed
+def sampled_figures(seeds: list[str | None], groups: list[list[str | None]]) -> dict[str, float | None]:
+    """The benchmark's sampling figures of each seed's canonical samples, and the Tanimoto of the different ones."""
+    every = [sample for group in groups for sample in group]
+    similarities = [
+        tanimoto_similarity(seed, sample) or 0.0
+        for seed, group in zip(seeds, groups, strict=True)
+        for sample in group
+        if sample is not None and sample != seed
     ]
-    similarities = [tanimoto_similarity(seed, molecule) or 0.0 for seed, molecule in different]
     return {
-        "valid": len(valid) / len(decoded),
-        "different": len(different) / len(decoded),
-        "unique": len(set(valid)) / len(valid) if valid else 0.0,
-        "tanimoto_different": sum(similarities) / len(similarities) if similarities else 0.0,
+        "valid": metrics.fraction_valid(every),
+        "different": metrics.fraction_different(seeds, groups),
+        "unique": metrics.fraction_unique(every),
+        "tanimoto_different": sum(similarities) / len(similarities) if similarities else None,
     }
 
 
@@ -55,33 +59,29 @@ def sweep(run: Run, reconstruct: int, seeds: int, samples: int, radii: tuple[flo
     started = time.monotonic()
     originals = held[:reconstruct]
     greedy = reconstruction.decode(model, originals, tokenizer, 0.0, MAX_NEW_TOKENS, batch_size=BATCH_SIZE)
-    exact = sum(canonical_smiles(a) == canonical_smiles(b) for a, b in zip(originals, greedy))
-    repeated = [molecule for molecule in held[reconstruct : reconstruct + seeds] for _ in range(samples)]
-    canonical_seeds = [canonical_smiles(molecule) for molecule in repeated]
-    by_radius = {
-        str(radius): sample_figures(
-            canonical_seeds,
-            [
-                canonical_smiles(molecule)
-                for molecule in reconstruction.decode(
-                    model, repeated, tokenizer, radius, MAX_NEW_TOKENS, seed=1, batch_size=BATCH_SIZE
-                )
-            ],
+    exact = metrics.fraction_exact([canonical_smiles(m) for m in originals], [canonical_smiles(m) for m in greedy])
+    seed_molecules = held[reconstruct : reconstruct + seeds]
+    repeated = [molecule for molecule in seed_molecules for _ in range(samples)]
+    by_radius = {}
+    for radius in radii:
+        decoded = reconstruction.decode(
+            model, repeated, tokenizer, radius, MAX_NEW_TOKENS, seed=1, batch_size=BATCH_SIZE
         )
-        for radius in radii
-    }
+        canonical = [canonical_smiles(molecule) for molecule in decoded]
+        groups = [canonical[start : start + samples] for start in range(0, len(canonical), samples)]
+        by_radius[str(radius)] = sampled_figures([canonical_smiles(m) for m in seed_molecules], groups)
     recipe = run.recipe.as_json()
     return {
         "recipe": {name: recipe[name] for name in ("latent_scale", "latent_noise", "clean_share", "batch_size")},
         "progress": run.record["progress"],
-        "reconstructed": exact / reconstruct,
+        "reconstructed": exact,
         "radii": by_radius,
         "seconds": round(time.monotonic() - started, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bionemo_serving.training.radius_sweep", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.radius_sweep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (training.megamolbart's --run-dir)")
     parser.add_argument("--json", type=Path, required=True, help="where the figures go")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     figures = {
         "date": now(),
-        "command": " ".join(["python -m bionemo_serving.training.radius_sweep", *(argv or sys.argv[1:])]),
+        "command": " ".join(["python -m benchmarks.radius_sweep", *(argv or sys.argv[1:])]),
         "cpu": cpu_model(),
         "device": arguments.device,
         "runs": {},
